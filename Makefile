@@ -1,0 +1,35 @@
+# drydock — `make demo` runs the main job end to end; `make test` sets up and runs the suite.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+# The CPU build of torch lies on this kind of machine's disk; a looser requirement pulls a
+# multi-GB CUDA build, so it is installed first and pinned here, not in pyproject.toml.
+TORCH_SPEC ?= torch==2.13.0
+STAMP := $(VENV)/.installed
+
+.PHONY: setup test demo lint clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml Makefile
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q "$(TORCH_SPEC)"
+	$(BIN)/pip install -q -e ".[dev,demo]"
+	touch $(STAMP)
+
+test: setup
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# SST-2 for the demo: the shared GLUE copy when it is there, else the hub.
+SHARED_GLUE := $(abspath ../shared/data/glue)
+DEMO_ENV := $(if $(wildcard $(SHARED_GLUE)/SST-2),GLUE_DIR=$${GLUE_DIR:-$(SHARED_GLUE)},)
+
+demo: setup
+	$(DEMO_ENV) $(BIN)/python -m pipeline.demo $(DEMO_ARGS)
+
+lint: setup
+	$(BIN)/ruff check pipeline methods tests benchmarks
+
+clean:
+	rm -rf $(VENV) .pytest_cache

@@ -1,0 +1,64 @@
+"""Method registry: the built-in methods plus any registered under the `drydock.methods`
+entry-point group (a third-party package adds `[project.entry-points."drydock.methods"]
+mymethod = "mypkg.mymethod:MyMethod"`).
+
+The pipeline reaches methods only through `get_method` / `registered_methods`, so adding a
+method never touches pipeline code.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from functools import lru_cache
+from importlib.metadata import entry_points
+
+from methods.base import Method
+
+# name -> "module:Class" for the built-ins; imported lazily so `drydock validate` stays fast.
+_BUILTIN = {
+    "finetune": "methods.finetune:Finetune",
+    "kd": "methods.kd:KnowledgeDistillation",
+}
+
+
+def _optional_builtins() -> dict[str, str]:
+    """Built-in methods whose files exist (each lands with its own issue)."""
+    found = dict(_BUILTIN)
+    for name, target in {
+        "theseus": "methods.theseus:Theseus",
+        "dcr": "methods.dcr:DeterministicContinuousReplacement",
+        "pkd": "methods.pkd:PatientKD",
+        "minilm": "methods.minilm:MiniLM",
+        "cofi": "methods.cofi:CoFi",
+    }.items():
+        if importlib.util.find_spec(target.split(":")[0]) is not None:
+            found[name] = target
+    return found
+
+
+@lru_cache(maxsize=1)
+def _targets() -> dict[str, str]:
+    targets = _optional_builtins()
+    for ep in entry_points(group="drydock.methods"):
+        targets.setdefault(ep.name, ep.value)
+    return targets
+
+
+def registered_methods() -> list[str]:
+    return sorted(_targets())
+
+
+@lru_cache(maxsize=None)
+def get_method(name: str) -> type[Method]:
+    targets = _targets()
+    if name not in targets:
+        raise KeyError(f"unknown method {name!r} (registered: {', '.join(sorted(targets))})")
+    module_name, _, attr = targets[name].partition(":")
+    cls = getattr(importlib.import_module(module_name), attr)
+    if not (isinstance(cls, type) and issubclass(cls, Method)):
+        raise TypeError(f"{targets[name]} is not a drydock Method subclass")
+    return cls
+
+
+__all__ = ["Method", "get_method", "registered_methods"]

@@ -1,0 +1,49 @@
+"""Vanilla knowledge distillation (Hinton et al. 2015, arXiv 1503.02531) from the fine-tuned teacher.
+
+- Student: the bottom k layers of the fine-tuned teacher (KD is sensitive to initialisation;
+  starting from the teacher's layers is what PKD and Theseus compare against), or of the
+  pretrained checkpoint with `init_from: pretrained`.
+- Loss: (1 − alpha)·CE(student, labels) + alpha·T²·KL(softmax(z_t/T) || softmax(z_s/T)); for
+  regression the soft term is the MSE between student and teacher outputs. Teacher logits are
+  computed on the fly under no_grad (the teacher is frozen and in eval mode, no dropout).
+- One phase; export: the student, a stock k-layer `BertForSequenceClassification`.
+"""
+
+from __future__ import annotations
+
+import torch
+from pydantic import Field
+
+from methods._losses import kd_loss, task_loss
+from methods.base import Batch, Progress
+from methods.finetune import Finetune, FinetuneParams
+
+
+class KDParams(FinetuneParams):
+    alpha: float = Field(default=0.5, ge=0, le=1, description="weight of the soft-target term")
+    temperature: float = Field(default=2.0, gt=0, description="softmax temperature T")
+
+
+class KnowledgeDistillation(Finetune):
+    name = "kd"
+    Params = KDParams
+    summary = "Hinton distillation of the teacher's logits into a truncated student"
+
+    params: KDParams
+
+    @classmethod
+    def needs_teacher(cls, params: KDParams) -> bool:
+        return True
+
+    def loss(self, batch: Batch, progress: Progress) -> dict[str, torch.Tensor]:
+        inputs = dict(
+            input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], token_type_ids=batch.get("token_type_ids")
+        )
+        student_logits = self.model(**inputs).logits
+        with torch.no_grad():
+            teacher_logits = self.ctx.teacher(**inputs).logits
+        a, regression = self.params.alpha, self.ctx.task.regression
+        terms = {"kd": a * kd_loss(student_logits, teacher_logits, self.params.temperature, regression)}
+        if a < 1:
+            terms["task"] = (1 - a) * task_loss(student_logits, batch["labels"], regression)
+        return terms

@@ -1,0 +1,491 @@
+"""The sweep spec: one YAML file that says what to compress, how, and where to run it.
+
+The field names are the public contract (ARCHITECTURE §7): users' specs and scripts depend on
+them, so fields may be added but never renamed without a migration message. Every model is
+frozen and rejects unknown keys, so a typo in a spec fails in `drydock validate` instead of being
+silently ignored three hours into a sweep.
+
+Loading goes: safe YAML → `${VAR}` expansion (an unset variable is an error naming the field;
+`${VAR:-default}` gives a default) → `--set a.b=value` overrides → pydantic validation → a check
+of every method's parameters against that method's own parameter model. All problems are
+collected and reported together, one line each, as `field.path: what was expected`.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from pipeline.errors import SpecError
+
+GLUE_TASKS = ("cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte")
+DOMAIN_KINDS = ("grid", "choice", "uniform", "loguniform", "randint")
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+PositiveInt = Annotated[int, Field(gt=0)]
+NonNegInt = Annotated[int, Field(ge=0)]
+PositiveFloat = Annotated[float, Field(gt=0)]
+Fraction = Annotated[float, Field(ge=0, le=1)]
+
+
+# ----------------------------------------------------------------------------------------------
+# task and data
+# ----------------------------------------------------------------------------------------------
+
+
+class FilesSource(_Model):
+    """Local csv/tsv/jsonl/parquet files for a custom task (or a GLUE task in another layout)."""
+
+    train: str
+    dev: str
+    test: str | None = None
+    format: Literal["csv", "tsv", "jsonl", "parquet"] | None = None  # None: from the suffix
+
+
+class SyntheticSource(_Model):
+    """A small generated text classification task, so the smoke spec runs with no data at all."""
+
+    num_train: PositiveInt = 512
+    num_dev: PositiveInt = 128
+    num_labels: Annotated[int, Field(ge=2, le=8)] = 2
+    min_words: PositiveInt = 4
+    max_words: PositiveInt = 12
+
+    @model_validator(mode="after")
+    def _word_range(self) -> "SyntheticSource":
+        if self.min_words > self.max_words:
+            raise ValueError(f"min_words ({self.min_words}) exceeds max_words ({self.max_words})")
+        return self
+
+
+class TaskConfig(_Model):
+    name: str
+    source: Literal["hub", "glue_dir", "files", "synthetic", "auto"] = "hub"
+    # hub: datasets.load_dataset(hub_path, hub_config (default: the GLUE config for GLUE tasks),
+    # revision=hub_revision)
+    hub_path: str = "nyu-mll/glue"
+    hub_config: str | None = None
+    hub_revision: str | None = None
+    glue_dir: str | None = None  # the folder holding SST-2/, RTE/, ... (or the task folder itself)
+    files: FilesSource | None = None
+    synthetic: SyntheticSource = SyntheticSource()
+    # custom tasks (and GLUE tasks read from files with other column names)
+    text_columns: list[str] | None = None
+    label_column: str = "label"
+    label_names: list[str] | None = None
+    num_labels: PositiveInt | None = None
+    regression: bool = False
+    metrics: list[str] | None = None
+    max_seq_length: PositiveInt = 128
+    max_train_samples: PositiveInt | None = None
+    max_eval_samples: PositiveInt | None = None
+    sample_seed: int = 0
+
+    @field_validator("name")
+    @classmethod
+    def _lower(cls, v: str) -> str:
+        return v.strip().lower().replace("-", "")
+
+    @model_validator(mode="after")
+    def _source_fields(self) -> "TaskConfig":
+        if self.source == "glue_dir" and not self.glue_dir:
+            raise ValueError("source 'glue_dir' needs task.glue_dir (a folder in the GLUE layout)")
+        if self.source == "files" and self.files is None:
+            raise ValueError("source 'files' needs task.files with train and dev paths")
+        if self.source == "glue_dir" and self.name not in GLUE_TASKS:
+            raise ValueError(f"source 'glue_dir' needs a GLUE task name, one of {', '.join(GLUE_TASKS)}")
+        custom = self.name not in GLUE_TASKS and self.source != "synthetic"
+        if custom and not self.text_columns:
+            raise ValueError(f"custom task {self.name!r} needs task.text_columns (not a GLUE task: {', '.join(GLUE_TASKS)})")
+        if custom and not self.regression and not (self.label_names or self.num_labels):
+            raise ValueError(f"custom classification task {self.name!r} needs task.label_names or task.num_labels")
+        return self
+
+    def resolved_source(self) -> str:
+        """`auto` reads the GLUE directory when one is given and exists, else the hub."""
+        if self.source != "auto":
+            return self.source
+        return "glue_dir" if self.name in GLUE_TASKS and self.glue_dir and Path(self.glue_dir).is_dir() else "hub"
+
+
+# ----------------------------------------------------------------------------------------------
+# models
+# ----------------------------------------------------------------------------------------------
+
+
+class ArchitectureConfig(_Model):
+    """A BERT config small enough to describe in a spec (random initialisation)."""
+
+    num_layers: PositiveInt = 4
+    hidden_size: PositiveInt = 32
+    num_heads: PositiveInt = 4
+    intermediate_size: PositiveInt = 64
+    max_position_embeddings: PositiveInt = 512
+
+    @model_validator(mode="after")
+    def _heads_divide(self) -> "ArchitectureConfig":
+        if self.hidden_size % self.num_heads:
+            raise ValueError(f"hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}")
+        return self
+
+
+class TokenizerConfig(_Model):
+    """A WordPiece tokenizer trained offline on the task's training text (tests, smoke runs)."""
+
+    vocab_size: Annotated[int, Field(ge=32)] = 256
+    lowercase: bool = True
+
+
+class FinetuneSettings(_Model):
+    epochs: PositiveFloat = 3.0
+    max_steps: PositiveInt | None = None
+    batch_size: PositiveInt = 32
+    learning_rate: PositiveFloat = 5e-5
+    warmup_ratio: Fraction = 0.1
+    weight_decay: Annotated[float, Field(ge=0)] = 0.01
+    eval_every: PositiveInt | None = None  # None: at the end of each epoch
+
+
+class TeacherConfig(_Model):
+    # hub name, local path, `pkg:<module>/<folder>`, or `random` (built from `architecture`)
+    model: str
+    architecture: ArchitectureConfig | None = None
+    # None: the tokenizer shipped with the model; a TokenizerConfig: trained offline on the data
+    tokenizer: TokenizerConfig | None = None
+    finetune: FinetuneSettings = FinetuneSettings()
+    finetuned: str | None = None  # a fine-tuned teacher folder: skips the teacher stage
+
+    @model_validator(mode="after")
+    def _random_needs_arch(self) -> "TeacherConfig":
+        if self.model == "random" and self.tokenizer is None:
+            raise ValueError("model 'random' needs teacher.tokenizer (it ships no tokenizer)")
+        if self.model != "random" and self.architecture is not None:
+            raise ValueError("teacher.architecture only applies to model 'random'")
+        return self
+
+
+class StudentConfig(_Model):
+    """Defaults for methods that build a smaller student; a method's own params override them."""
+
+    num_layers: PositiveInt | None = None  # bottom k teacher layers (default: half the teacher)
+    layers: list[NonNegInt] | None = None  # explicit teacher layer indices to keep
+    hidden_size: PositiveInt | None = None  # set to build a narrower student from a config
+    num_heads: PositiveInt | None = None
+    intermediate_size: PositiveInt | None = None
+
+    @model_validator(mode="after")
+    def _layers_consistent(self) -> "StudentConfig":
+        if self.layers is not None:
+            if len(self.layers) == 0:
+                raise ValueError("student.layers must not be empty")
+            if sorted(set(self.layers)) != list(self.layers):
+                raise ValueError("student.layers must be strictly increasing teacher layer indices")
+            if self.num_layers is not None and self.num_layers != len(self.layers):
+                raise ValueError("student.num_layers disagrees with the length of student.layers")
+        return self
+
+
+class TrainConfig(_Model):
+    epochs: PositiveFloat = 3.0
+    max_steps: PositiveInt | None = None  # caps the total optimizer steps of a trial
+    batch_size: PositiveInt = 32  # global batch (split across workers)
+    eval_batch_size: PositiveInt = 128
+    learning_rate: PositiveFloat = 5e-5
+    weight_decay: Annotated[float, Field(ge=0)] = 0.01
+    warmup_ratio: Fraction = 0.1
+    max_grad_norm: Annotated[float, Field(ge=0)] = 1.0  # 0 disables clipping
+    grad_accumulation: PositiveInt = 1
+    eval_every: PositiveInt | None = None  # steps; None: at the end of every epoch
+    bf16: Literal["auto", "on", "off"] = "auto"  # auto: bf16 autocast on a GPU that supports it
+    progress_bar: bool = True
+
+
+# ----------------------------------------------------------------------------------------------
+# search, resources, tracking, selection
+# ----------------------------------------------------------------------------------------------
+
+
+class AshaConfig(_Model):
+    grace_period: PositiveInt = 1  # evaluations
+    reduction_factor: Annotated[float, Field(gt=1)] = 2.0
+
+
+class SearchConfig(_Model):
+    scheduler: Literal["fifo", "asha"] = "fifo"
+    num_samples: PositiveInt = 1
+    max_concurrent_trials: PositiveInt | None = None
+    asha: AshaConfig = AshaConfig()
+    max_failures: NonNegInt = 1
+    sample_seed: int = 0
+
+
+class DeepSpeedConfig(_Model):
+    zero_stage: Annotated[int, Field(ge=0, le=3)] = 1
+    preset: str | None = None  # a DeepSpeed JSON file merged under the generated config
+
+
+class ResourcesConfig(_Model):
+    workers_per_trial: PositiveInt = 1
+    use_gpu: bool = False
+    cpus_per_worker: PositiveFloat = 1.0
+    gpus_per_worker: PositiveFloat = 1.0
+    strategy: Literal["ddp", "deepspeed"] = "ddp"
+    deepspeed: DeepSpeedConfig = DeepSpeedConfig()
+    address: str | None = None  # a Ray cluster; None: RAY_ADDRESS or a local instance
+    storage_path: str | None = None  # shared path or URI for checkpoints; None: the workdir
+
+
+class TrackingConfig(_Model):
+    uri: str | None = None  # None: MLFLOW_TRACKING_URI, else sqlite:///<workdir>/mlflow.db
+    experiment: str | None = None  # None: the sweep name
+    registered_model: str | None = None  # None: "<sweep name>-student"
+
+
+class LatencyConfig(_Model):
+    device: Literal["cpu", "cuda"] = "cpu"
+    batch_size: PositiveInt = 32
+    seq_length: PositiveInt = 64
+    threads: PositiveInt | None = None
+    warmup: NonNegInt = 3
+    min_runs: PositiveInt = 10
+    min_seconds: PositiveFloat = 2.0
+
+
+class SelectionConfig(_Model):
+    latency: LatencyConfig = LatencyConfig()
+    max_latency_ms: PositiveFloat | None = None
+    min_speedup: PositiveFloat | None = None
+    size_objective: bool = False
+
+
+# ----------------------------------------------------------------------------------------------
+# the spec
+# ----------------------------------------------------------------------------------------------
+
+
+class SweepSpec(_Model):
+    name: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]
+    task: TaskConfig
+    teacher: TeacherConfig
+    student: StudentConfig = StudentConfig()
+    train: TrainConfig = TrainConfig()
+    seeds: list[int] = [0]
+    methods: dict[str, dict[str, Any]] = {}
+    search: SearchConfig = SearchConfig()
+    resources: ResourcesConfig = ResourcesConfig()
+    tracking: TrackingConfig = TrackingConfig()
+    selection: SelectionConfig = SelectionConfig()
+
+    @field_validator("seeds")
+    @classmethod
+    def _seeds(cls, v: list[int]) -> list[int]:
+        if not v:
+            raise ValueError("seeds must list at least one seed")
+        if len(set(v)) != len(v):
+            raise ValueError("seeds must not repeat")
+        return v
+
+    @property
+    def experiment_name(self) -> str:
+        return self.tracking.experiment or self.name
+
+    @property
+    def registered_model_name(self) -> str:
+        return self.tracking.registered_model or f"{self.name}-student"
+
+
+# ----------------------------------------------------------------------------------------------
+# search domains
+# ----------------------------------------------------------------------------------------------
+
+
+def is_domain(value: Any) -> bool:
+    """A method parameter given as `{grid: [...]}` (or choice/uniform/...) is a search domain."""
+    return isinstance(value, dict) and len(value) == 1 and next(iter(value)) in DOMAIN_KINDS
+
+
+def domain_candidates(value: dict[str, Any]) -> list[Any]:
+    """Values to validate a domain with: every grid/choice value, or both bounds of a range."""
+    kind, arg = next(iter(value.items()))
+    if kind in ("grid", "choice"):
+        if not isinstance(arg, list) or not arg:
+            raise ValueError(f"{kind} needs a non-empty list")
+        return list(arg)
+    if not (isinstance(arg, list) and len(arg) == 2 and all(isinstance(a, (int, float)) for a in arg)):
+        raise ValueError(f"{kind} needs [low, high]")
+    low, high = arg
+    if not low < high:
+        raise ValueError(f"{kind} needs low < high, got [{low}, {high}]")
+    if kind == "loguniform" and low <= 0:
+        raise ValueError("loguniform needs a positive low bound")
+    if kind == "randint":
+        if not all(isinstance(a, int) for a in arg):
+            raise ValueError("randint needs integer bounds")
+        return [low, high - 1]  # Tune's randint excludes the upper bound
+    return [low, high]
+
+
+def default_params(params: dict[str, Any]) -> dict[str, Any]:
+    """Fixed values only: a searched parameter falls back to the method's default.
+
+    This is what `drydock train` runs when no `--set methods.<m>.<p>=<v>` pins a domain.
+    """
+    return {k: v for k, v in params.items() if not is_domain(v)}
+
+
+# ----------------------------------------------------------------------------------------------
+# loading
+# ----------------------------------------------------------------------------------------------
+
+_ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+
+def _expand_env(node: Any, path: str, problems: list[str]) -> Any:
+    if isinstance(node, dict):
+        return {k: _expand_env(v, f"{path}.{k}" if path else str(k), problems) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_expand_env(v, f"{path}[{i}]", problems) for i, v in enumerate(node)]
+    if isinstance(node, str) and "${" in node:
+
+        def sub(m: re.Match[str]) -> str:
+            name, default = m.group(1), m.group(2)
+            value = os.environ.get(name)
+            if value is None or (value == "" and default is not None):
+                if default is None:
+                    problems.append(f"{path}: environment variable {name} is not set (used as ${{{name}}})")
+                    return ""
+                return default
+            return value
+
+        expanded = _ENV.sub(sub, node)
+        return None if expanded == "" and node.strip().startswith("${") else expanded
+    return node
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """`a.b.c=value` → (["a","b","c"], value), the value parsed as YAML (safely: never code)."""
+    if "=" not in text:
+        raise SpecError(f"--set {text}: expected KEY=VALUE, e.g. train.epochs=1")
+    key, raw = text.split("=", 1)
+    parts = [p for p in key.strip().split(".") if p]
+    if not parts:
+        raise SpecError(f"--set {text}: empty key")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else None
+    except yaml.YAMLError as e:
+        raise SpecError(f"--set {text}: value is not valid YAML ({e.__class__.__name__})") from None
+    return parts, value
+
+
+def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    raw = copy.deepcopy(raw)
+    for text in overrides:
+        parts, value = parse_override(text)
+        node = raw
+        for p in parts[:-1]:
+            child = node.get(p)
+            if not isinstance(child, dict):
+                child = {}
+                node[p] = child
+            node = child
+        node[parts[-1]] = value
+    return raw
+
+
+def _format_error(err: dict[str, Any]) -> str:
+    loc = ".".join(str(p) for p in err["loc"]) or "(spec)"
+    msg = err["msg"]
+    if err["type"] == "extra_forbidden":
+        msg = "unknown key (not part of the spec; check the spelling)"
+    elif err["type"] == "missing":
+        msg = "required field is missing"
+    elif msg.startswith("Value error, "):
+        msg = msg[len("Value error, "):]
+    given = err.get("input")
+    if err["type"] not in ("extra_forbidden", "missing") and not isinstance(given, (dict, list)):
+        msg = f"{msg} (got {given!r})"
+    return f"{loc}: {msg}"
+
+
+def validate_methods(spec: SweepSpec) -> list[str]:
+    """Each method must be registered and each parameter (and domain value) valid for it."""
+    from methods import get_method, registered_methods
+
+    problems: list[str] = []
+    known = registered_methods()
+    for name, params in spec.methods.items():
+        if name not in known:
+            problems.append(f"methods.{name}: unknown method (registered: {', '.join(sorted(known))})")
+            continue
+        params = params or {}
+        if not isinstance(params, dict):
+            problems.append(f"methods.{name}: expected a mapping of parameters")
+            continue
+        model = get_method(name).Params
+        fields = model.model_fields
+        for pname, value in params.items():
+            where = f"methods.{name}.{pname}"
+            if pname not in fields:
+                problems.append(f"{where}: unknown parameter (known: {', '.join(fields) or 'none'})")
+                continue
+            try:
+                candidates = domain_candidates(value) if is_domain(value) else [value]
+            except ValueError as e:
+                problems.append(f"{where}: {e}")
+                continue
+            for cand in candidates:
+                try:
+                    model.model_validate({pname: cand})
+                except ValidationError as e:
+                    for err in e.errors():
+                        if tuple(err["loc"][:1]) == (pname,):
+                            problems.append(f"{where}: {_format_error({**err, 'loc': ()}).split(': ', 1)[1]}")
+                    # errors on other fields come from cross-field checks that need the rest
+    return problems
+
+
+def load_spec(path: str | Path, overrides: list[str] | None = None) -> SweepSpec:
+    """Read, expand, override and validate a spec; raises SpecError listing every problem."""
+    path = Path(path)
+    if not path.is_file():
+        raise SpecError(f"{path}: spec file not found")
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark else ""
+        raise SpecError(f"{path}{where}: not valid YAML ({getattr(e, 'problem', e)})") from None
+    if not isinstance(raw, dict):
+        raise SpecError(f"{path}: expected a mapping at the top level")
+    return spec_from_dict(raw, overrides or [])
+
+
+def spec_from_dict(raw: dict[str, Any], overrides: list[str] | None = None) -> SweepSpec:
+    raw = apply_overrides(raw, overrides or [])
+    problems: list[str] = []
+    raw = _expand_env(raw, "", problems)
+    if problems:
+        raise SpecError(problems)
+    try:
+        spec = SweepSpec.model_validate(raw)
+    except ValidationError as e:
+        raise SpecError([_format_error(err) for err in e.errors()]) from None
+    problems = validate_methods(spec)
+    if problems:
+        raise SpecError(problems)
+    return spec
+
+
+def spec_to_dict(spec: SweepSpec) -> dict[str, Any]:
+    """A plain dict that round-trips through `spec_from_dict` (what Ray ships to workers)."""
+    return spec.model_dump(mode="json")

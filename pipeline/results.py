@@ -1,0 +1,111 @@
+"""`<workdir>/<sweep>/results.parquet`: one row per trial, the contract every later stage reads.
+
+Columns (ARCHITECTURE §5): trial_id, method, seed, status, error, params.<name>…, metric_name,
+metric, metrics.<name>…, teacher_metric, retention, num_params, num_params_encoder, latency_ms,
+latency_p90_ms, speedup, train_seconds, steps, pareto, student_path, mlflow_run_id.
+
+The file is rewritten atomically after every finished trial (write a temporary file, rename),
+so a consumer reading it mid-sweep, or a sweep killed mid-write, never sees a torn file. Rows are
+keyed by trial_id: a resumed sweep updates rows instead of duplicating them.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+RESULTS_FILE = "results.parquet"
+
+LEADING = ["trial_id", "method", "seed", "status", "error"]
+MIDDLE = ["metric_name", "metric"]
+TRAILING = [
+    "teacher_metric", "retention", "num_params", "num_params_encoder", "latency_ms", "latency_p90_ms",
+    "speedup", "train_seconds", "steps", "pareto", "student_path", "mlflow_run_id",
+]
+# columns the select stage fills in later; null until then
+LATER = {"latency_ms", "latency_p90_ms", "speedup", "pareto"}
+NUMERIC = {"metric", "teacher_metric", "retention", "latency_ms", "latency_p90_ms", "speedup", "train_seconds"}
+INTEGER = {"seed", "num_params", "num_params_encoder", "steps"}
+
+
+def ordered_columns(columns: list[str]) -> list[str]:
+    params = sorted(c for c in columns if c.startswith("params."))
+    metrics = sorted(c for c in columns if c.startswith("metrics."))
+    return LEADING + params + MIDDLE + metrics + TRAILING
+
+
+def flatten(prefix: str, values: dict[str, Any]) -> dict[str, Any]:
+    out = {}
+    for k, v in values.items():
+        if isinstance(v, (list, tuple, dict)):
+            v = str(v)  # one scalar column per parameter, whatever its type
+        out[f"{prefix}.{k}"] = v
+    return out
+
+
+def trial_row(
+    trial_id: str,
+    method: str,
+    seed: int,
+    params: dict[str, Any],
+    status: str,
+    outcome: dict[str, Any] | None = None,
+    error: str | None = None,
+    mlflow_run_id: str | None = None,
+    metric_name: str | None = None,
+) -> dict[str, Any]:
+    outcome = outcome or {}
+    metric = outcome.get("metric")
+    teacher_metric = outcome.get("teacher_metric")
+    retention = metric / teacher_metric if metric is not None and teacher_metric else None
+    row = {
+        "trial_id": trial_id, "method": method, "seed": seed, "status": status, "error": error,
+        "metric_name": outcome.get("metric_name", metric_name), "metric": metric,
+        "teacher_metric": teacher_metric, "retention": retention,
+        "num_params": outcome.get("num_params"), "num_params_encoder": outcome.get("num_params_encoder"),
+        "latency_ms": None, "latency_p90_ms": None, "speedup": None, "pareto": None,
+        "train_seconds": outcome.get("train_seconds"), "steps": outcome.get("steps"),
+        "student_path": outcome.get("student_path"), "mlflow_run_id": mlflow_run_id,
+    }
+    row.update(flatten("params", params))
+    row.update(flatten("metrics", outcome.get("metrics", {})))
+    return row
+
+
+def to_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
+    frame = pd.DataFrame(rows)
+    columns = ordered_columns(list(frame.columns)) if rows else ordered_columns([])
+    frame = frame.reindex(columns=columns)
+    for c in frame.columns:
+        if c in NUMERIC or c.startswith("metrics."):
+            frame[c] = pd.to_numeric(frame[c], errors="coerce").astype("float64")
+        elif c in INTEGER:
+            frame[c] = pd.to_numeric(frame[c], errors="coerce").astype("Int64")
+        elif c == "pareto":
+            frame[c] = frame[c].astype("boolean")
+        elif c in ("trial_id", "method", "status", "error", "metric_name", "student_path", "mlflow_run_id"):
+            frame[c] = frame[c].astype("string")
+    return frame
+
+
+def read_results(path: Path) -> pd.DataFrame:
+    return pd.read_parquet(path) if path.is_file() else to_frame([])
+
+
+def upsert(path: Path, rows: list[dict[str, Any]]) -> pd.DataFrame:
+    """Insert or replace rows by trial_id and rewrite the file atomically."""
+    existing = read_results(path)
+    keep = existing[~existing["trial_id"].isin([r["trial_id"] for r in rows])] if len(existing) else existing
+    merged = to_frame(keep.to_dict("records") + rows)
+    write(path, merged)
+    return merged
+
+
+def write(path: Path, frame: pd.DataFrame) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    frame.to_parquet(tmp, index=False)
+    os.replace(tmp, path)

@@ -1,0 +1,208 @@
+"""The stages every trial shares, each run once and cached in the work directory.
+
+- prepare: the tokenizer (the teacher's, or one trained offline on the task's training text)
+  and the tokenized Arrow dataset, keyed by a content fingerprint.
+- teacher: the teacher fine-tuned on the task, keyed by (task, teacher, data fingerprint,
+  fine-tuning settings); a second run with the same inputs reuses it and says so.
+
+Cached outputs are written to a temporary folder and renamed into place, so a crash or two
+processes racing never leave a half-written cache that a later run would trust.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+from transformers import AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+
+from methods.base import MethodContext, StudentDefaults, TaskInfo
+from pipeline.config import SweepSpec, TrainConfig
+from pipeline.data import PreparedData, load_raw, prepare_data, task_spec, train_texts
+from pipeline.models import load_finetuned, load_tokenizer, pretrained_loader, tokenizer_id
+from pipeline.text_tokenizer import train_wordpiece
+
+TEACHER_SEED = 0
+
+
+def _digest(obj: Any) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _atomic_dir(final: Path, build: Callable[[Path], None]) -> Path:
+    """Build into a temporary sibling, then rename: readers see all of it or nothing."""
+    if final.exists():
+        return final
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = final.with_name(f".{final.name}.tmp-{time.time_ns()}")
+    try:
+        build(tmp)
+        try:
+            tmp.rename(final)
+        except OSError:  # another process finished first: theirs is as good as ours
+            if not final.exists():
+                raise
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return final
+
+
+@dataclass
+class Prepared:
+    tokenizer: PreTrainedTokenizerBase
+    data: PreparedData
+    task: TaskInfo
+
+    @property
+    def pad_id(self) -> int:
+        return int(self.tokenizer.pad_token_id or 0)
+
+
+def task_info(data: PreparedData) -> TaskInfo:
+    t = data.task
+    return TaskInfo(name=t.name, num_labels=t.num_labels, regression=t.regression, label_names=tuple(t.label_names or ()))
+
+
+def resolve_tokenizer(spec: SweepSpec, cache: Path) -> PreTrainedTokenizerBase:
+    settings = spec.teacher.tokenizer
+    if settings is None:
+        return load_tokenizer(spec.teacher.finetuned or spec.teacher.model)
+    # Trained offline on the training text: the key covers the text itself and the settings.
+    raw = load_raw(spec.task)
+    texts = train_texts(raw)
+    key = _digest({"texts": hashlib.sha256("\n".join(texts).encode()).hexdigest(), "settings": settings.model_dump()})
+
+    def build(tmp: Path) -> None:
+        train_wordpiece(texts, vocab_size=settings.vocab_size, lowercase=settings.lowercase).save_pretrained(tmp)
+
+    return AutoTokenizer.from_pretrained(str(_atomic_dir(cache / f"tokenizer-{key}", build)))
+
+
+def prepare(spec: SweepSpec, workdir: Path) -> Prepared:
+    cache = workdir / "cache"
+    tokenizer = resolve_tokenizer(spec, cache)
+    data = prepare_data(spec.task, tokenizer, cache)
+    return Prepared(tokenizer=tokenizer, data=data, task=task_info(data))
+
+
+def method_context(spec: SweepSpec, prepared: Prepared, teacher: PreTrainedModel | None, seed: int, learning_rate: float | None = None) -> MethodContext:
+    s = spec.student
+    return MethodContext(
+        task=prepared.task,
+        teacher=teacher,
+        load_pretrained=pretrained_loader(spec.teacher, prepared.task, len(prepared.tokenizer)),
+        student=StudentDefaults(
+            num_layers=s.num_layers,
+            layers=tuple(s.layers) if s.layers else None,
+            hidden_size=s.hidden_size,
+            num_heads=s.num_heads,
+            intermediate_size=s.intermediate_size,
+        ),
+        learning_rate=learning_rate or spec.train.learning_rate,
+        weight_decay=spec.train.weight_decay,
+        warmup_ratio=spec.train.warmup_ratio,
+        seed=seed,
+    )
+
+
+# ----------------------------------------------------------------------------------------------
+# teacher
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class TeacherResult:
+    path: Path
+    metrics: dict[str, float]
+    reused: bool
+    key: str
+
+    def load(self) -> PreTrainedModel:
+        return load_finetuned(self.path)
+
+
+def teacher_key(spec: SweepSpec, prepared: Prepared) -> str:
+    t = spec.teacher
+    return _digest(
+        {
+            "task": spec.task.name,
+            "teacher": t.model,
+            "architecture": t.architecture.model_dump() if t.architecture else None,
+            "data": prepared.data.fingerprint,
+            "tokenizer": tokenizer_id(prepared.tokenizer),
+            "finetune": t.finetune.model_dump(),
+            "seed": TEACHER_SEED,
+        }
+    )
+
+
+def teacher_train_config(spec: SweepSpec) -> TrainConfig:
+    f = spec.teacher.finetune
+    return spec.train.model_copy(
+        update={
+            "epochs": f.epochs,
+            "max_steps": f.max_steps,
+            "batch_size": f.batch_size,
+            "learning_rate": f.learning_rate,
+            "warmup_ratio": f.warmup_ratio,
+            "weight_decay": f.weight_decay,
+            "eval_every": f.eval_every,
+            "grad_accumulation": 1,
+        }
+    )
+
+
+def ensure_teacher(spec: SweepSpec, prepared: Prepared, workdir: Path, log: Callable[[str], None] = print) -> TeacherResult:
+    """The fine-tuned teacher: given by the spec, cached, or fine-tuned now (the `finetune`
+    method on every layer of the pretrained checkpoint) and cached for every later trial."""
+    from methods.finetune import Finetune
+    from pipeline import loop
+    from pipeline.export import save_student
+
+    if spec.teacher.finetuned:
+        path = Path(spec.teacher.finetuned)
+        metrics_file = path / "teacher_metrics.json"
+        metrics = json.loads(metrics_file.read_text()) if metrics_file.is_file() else {}
+        return TeacherResult(path, metrics, reused=True, key="given")
+    key = teacher_key(spec, prepared)
+    final = workdir / "teachers" / key
+    if (final / "teacher_metrics.json").is_file():
+        log(f"teacher: reusing the fine-tuned teacher in {final} (same task, teacher, data and settings)")
+        return TeacherResult(final, json.loads((final / "teacher_metrics.json").read_text()), reused=True, key=key)
+
+    log(f"teacher: fine-tuning {spec.teacher.model} on {spec.task.name} (cached as {final})")
+    train = teacher_train_config(spec)
+    ctx = method_context(spec, prepared, None, TEACHER_SEED, learning_rate=train.learning_rate)
+    pretrained = ctx.load_pretrained()
+    depth = pretrained.config.num_hidden_layers
+    ctx.load_pretrained = lambda: pretrained
+    method = Finetune({"init_from": "pretrained", "num_layers": depth}, ctx)
+    result = loop.run(
+        method, train_set=prepared.data.train, dev=prepared.data.dev, task=prepared.data.task,
+        train=train, seed=TEACHER_SEED, pad_id=prepared.pad_id,
+    )
+    metrics = {**result.best_metrics, "train_seconds": result.train_seconds, "steps": float(result.steps)}
+
+    def build(tmp: Path) -> None:
+        save_student(method.export(), prepared.tokenizer, tmp, prepared.task,
+                     {"role": "teacher", "teacher": spec.teacher.model, "data_fingerprint": prepared.data.fingerprint})
+        (tmp / "teacher_metrics.json").write_text(json.dumps(metrics, indent=2))
+
+    _atomic_dir(final, build)
+    return TeacherResult(final, metrics, reused=False, key=key)
+
+
+def primary_metric_value(metrics: dict[str, float], prepared: Prepared) -> float | None:
+    return metrics.get(f"eval/{prepared.data.task.primary_metric}")
+
+
+def set_threads(num: int | None) -> None:
+    if num:
+        torch.set_num_threads(num)

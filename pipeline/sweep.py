@@ -1,0 +1,421 @@
+"""`drydock sweep`: prepare → teacher → search, on a local Ray instance or a cluster.
+
+Shape (Ray 2.60, Train V2; STACK-NOTES §a): one `Tuner` for the whole sweep grids over the
+concrete trial list from `pipeline.search`; its trainable is a thin trial driver (a function
+reserving no CPU — `{"cpu": 0, "memory": 1}`, since `{"cpu": 0}` is rejected and 0.01 CPU can
+deadlock two workers on two CPUs) that builds one `TorchTrainer` per trial and blocks on `fit()`.
+Metrics flow worker rank 0 → TuneReportCallback → Tune → our callback (MLflow + results table).
+
+Folders, under `<workdir>/<sweep name>/`:
+    state.json                 the current run id and its MLflow parent run (what --resume continues)
+    results.parquet            one row per trial of the current run (ARCHITECTURE §5)
+    runs/<run id>/tune/        Tune's experiment state (Tuner.restore reads it)
+    runs/<run id>/train/       Ray Train checkpoints, one folder per trial (resume point for retries)
+    runs/<run id>/trials/<key> each trial's student/, metrics.json and outcome.json
+A new sweep run never deletes an earlier run's folders; results.parquet describes the newest.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from pipeline import results as results_table
+from pipeline.config import SweepSpec, spec_to_dict
+from pipeline.errors import DrydockError
+from pipeline.search import TrialSpec, expand_trials
+from pipeline.worker import OUTCOME_FILE
+
+STATE_FILE = "state.json"
+NAN = float("nan")
+
+# Environment for every Ray process of the sweep. Health checks every 0.5 s instead of 2 s cut
+# ~2-3 s per trial (reports reach Tune sooner, trial ends are noticed sooner); the preemption
+# watcher and state tracking are actors we do not use.
+RAY_ENV = {
+    "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.5",
+    "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0",
+    "RAY_TRAIN_ENABLE_STATE_TRACKING": "0",
+    "RAY_USAGE_STATS_ENABLED": "0",
+    "TOKENIZERS_PARALLELISM": "false",
+    "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+    "TRANSFORMERS_VERBOSITY": "error",
+    "PYTHONWARNINGS": "ignore::DeprecationWarning,ignore::FutureWarning,ignore::UserWarning",
+    "RAY_AIR_NEW_OUTPUT": "0",
+}
+
+
+@dataclass
+class SweepPaths:
+    sweep_dir: Path
+    run_id: str
+
+    @property
+    def run_dir(self) -> Path:
+        return self.sweep_dir / "runs" / self.run_id
+
+    @property
+    def trials_dir(self) -> Path:
+        return self.run_dir / "trials"
+
+    @property
+    def results(self) -> Path:
+        return self.sweep_dir / results_table.RESULTS_FILE
+
+
+# ----------------------------------------------------------------------------------------------
+# Ray
+# ----------------------------------------------------------------------------------------------
+
+
+def init_ray(address: str | None, use_gpu: bool) -> None:
+    import ray
+
+    if ray.is_initialized():
+        return
+    env = dict(RAY_ENV)
+    if not use_gpu:
+        env["DS_ACCELERATOR"] = "cpu"  # never on GPU nodes: DeepSpeed must find CUDA there
+    for key in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "HF_HOME", "TORCH_EXTENSIONS_DIR", "MLFLOW_TRACKING_URI"):
+        if key in os.environ:
+            env[key] = os.environ[key]
+    os.environ.update({k: v for k, v in env.items() if k.startswith("RAY_")})
+    logging.getLogger("ray").setLevel(logging.ERROR)
+    verbose = os.environ.get("DRYDOCK_RAY_LOGS") == "1"
+    common = dict(runtime_env={"env_vars": env}, log_to_driver=verbose, logging_level="ERROR" if not verbose else "INFO")
+    address = address or os.environ.get("RAY_ADDRESS")
+    if address:
+        ray.init(address=address, **common)
+    else:
+        # Local: sized to this machine. The dashboard stays on (include_dashboard=None): without
+        # its State API, Train's placement-group cleaner cannot free the workers of trials that
+        # ASHA stops, and later trials time out waiting for them (STACK-NOTES F1).
+        ray.init(num_cpus=os.cpu_count(), object_store_memory=256 * 2**20, include_dashboard=None, **common)
+
+
+def max_concurrent(spec: SweepSpec) -> int:
+    import ray
+
+    r = spec.resources
+    resources = ray.cluster_resources()
+    if r.use_gpu:
+        capacity, per_trial = resources.get("GPU", 0.0), r.workers_per_trial * r.gpus_per_worker
+    else:
+        capacity, per_trial = resources.get("CPU", 0.0), r.workers_per_trial * r.cpus_per_worker
+    fits = int(capacity // per_trial) if per_trial else 1
+    if fits < 1:
+        kind = "GPU" if r.use_gpu else "CPU"
+        raise DrydockError(
+            f"resources: a trial needs {per_trial:g} {kind}s ({r.workers_per_trial} workers), "
+            f"but the Ray cluster has {capacity:g}"
+        )
+    return min(fits, spec.search.max_concurrent_trials or fits)
+
+
+# ----------------------------------------------------------------------------------------------
+# the trial driver (runs inside a Tune trial actor)
+# ----------------------------------------------------------------------------------------------
+
+
+def read_outcome(trial_dir: Path) -> dict[str, Any] | None:
+    path = trial_dir / OUTCOME_FILE
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def trial_driver(config: dict[str, Any], shared: dict[str, Any]) -> None:
+    """Tune trainable: one TorchTrainer for one trial, then a final report of its outcome."""
+    import ray.train
+    from ray import tune
+    from ray.train.torch import TorchTrainer
+    from ray.tune.integration.ray_train import TuneReportCallback
+
+    from pipeline.worker import train_worker
+
+    trial = TrialSpec.from_dict(config["trial"])
+    trial_dir = Path(shared["trials_dir"]) / trial.key
+    outcome = read_outcome(trial_dir)
+    if outcome is None or outcome.get("status") != "finished":  # a finished trial is never re-run
+        resources = shared["spec"]["resources"]
+        per_worker = {"CPU": resources["cpus_per_worker"]}
+        if resources["use_gpu"]:
+            per_worker["GPU"] = resources["gpus_per_worker"]
+        trainer = TorchTrainer(
+            train_worker,
+            train_loop_config={
+                "spec": shared["spec"], "trial": trial.to_dict(), "workdir": shared["workdir"],
+                "output_dir": str(trial_dir), "teacher": shared["teacher"],
+                "threads": max(1, int(resources["cpus_per_worker"])),
+            },
+            scaling_config=ray.train.ScalingConfig(
+                num_workers=resources["workers_per_trial"], use_gpu=resources["use_gpu"], resources_per_worker=per_worker
+            ),
+            run_config=ray.train.RunConfig(
+                name=f"train-{trial.key}",  # unique and stable: a retry or restore resumes from it
+                storage_path=shared["train_storage"],
+                callbacks=[TuneReportCallback()],
+                checkpoint_config=ray.train.CheckpointConfig(num_to_keep=1),
+                failure_config=ray.train.FailureConfig(max_failures=shared["max_failures"], controller_failure_limit=3),
+            ),
+        )
+        error = None
+        try:
+            trainer.fit()
+        except Exception as e:  # the worker's own outcome.json says more when it got that far
+            error = f"{type(e).__name__}: {str(e).strip().splitlines()[-1] if str(e).strip() else ''}"
+        outcome = read_outcome(trial_dir) or {"status": "failed", "error": error or "no outcome was written"}
+        if outcome.get("status") != "finished" and error and not outcome.get("error"):
+            outcome["error"] = error
+    final = {"drydock_final": 1.0, shared["metric_key"]: _number(outcome.get("metric"))}
+    tune.report(final)
+
+
+def _number(v: Any) -> float:
+    return float(v) if isinstance(v, (int, float)) and v is not None else NAN
+
+
+# ----------------------------------------------------------------------------------------------
+# the driver's callback: MLflow runs and the results table
+# ----------------------------------------------------------------------------------------------
+
+
+def make_callback(spec: SweepSpec, paths: SweepPaths, tracker, metric_name: str, teacher_metric: float | None, log: Callable[[str], None]):
+    from ray import tune
+
+    class SweepCallback(tune.Callback):
+        """Owns every trial's MLflow run and row; runs in the sweep's driver process."""
+
+        def __init__(self) -> None:
+            self.last: dict[str, dict[str, Any]] = {}
+            self.started: dict[str, float] = {}
+
+        def _trial(self, trial) -> TrialSpec:
+            return TrialSpec.from_dict(trial.config["trial"])
+
+        def on_trial_start(self, iteration, trials, trial, **info):
+            t = self._trial(trial)
+            self.started[t.key] = time.time()
+            tracker.trial_run(t.key, {"method": t.method, "seed": t.seed, "config_id": t.config_id, "params": t.params},
+                              tags={"drydock.method": t.method, "ray_trial_id": trial.trial_id})
+
+        def on_trial_result(self, iteration, trials, trial, result, **info):
+            if result.get("drydock_final"):
+                return
+            t = self._trial(trial)
+            self.last[t.key] = result
+            metrics = {k: v for k, v in result.items() if k.split("/")[0] in ("eval", "schedule") or k.startswith("eval_") or k == "epoch"}
+            tracker.log_metrics(tracker.trial_run(t.key), metrics, int(result.get("step", 0)))
+
+        def on_trial_complete(self, iteration, trials, trial, **info):
+            self._finish(trial, error=None)
+
+        def on_trial_error(self, iteration, trials, trial, **info):
+            self._finish(trial, error=str(getattr(trial, "error_message", None) or "trial errored"))
+
+        def _finish(self, trial, error: str | None) -> None:
+            t = self._trial(trial)
+            run_id = tracker.trial_run(t.key)
+            outcome = read_outcome(paths.trials_dir / t.key)
+            if outcome is None:
+                # stopped by the scheduler (ASHA) before it finished, or lost
+                last = self.last.get(t.key, {})
+                status = "stopped" if error is None else "failed"
+                outcome = {"status": status, "error": error, "metric": last.get(f"eval/{metric_name}"),
+                           "metrics": {k.split("/", 1)[1]: v for k, v in last.items() if k.startswith("eval/")},
+                           "steps": last.get("step")}
+            status = outcome.get("status", "failed")
+            if outcome.get("teacher_metric") is None:
+                outcome["teacher_metric"] = teacher_metric
+            row = results_table.trial_row(
+                t.key, t.method, t.seed, t.params, status, outcome, error=outcome.get("error"),
+                mlflow_run_id=run_id, metric_name=metric_name,
+            )
+            results_table.upsert(paths.results, [row])
+            final = {f"final/{k}": v for k, v in (outcome.get("metrics") or {}).items()}
+            for key in ("num_params", "num_params_encoder", "train_seconds", "steps"):
+                if outcome.get(key) is not None:
+                    final[key] = outcome[key]
+            tracker.log_metrics(run_id, final, int(outcome.get("steps") or 0))
+            tracker.set_tags(run_id, {"drydock.status": status, **({"drydock.error": outcome["error"]} if outcome.get("error") else {})})
+            student = outcome.get("student_path")
+            if status == "finished" and student and Path(student).is_dir():
+                tracker.log_artifacts(run_id, Path(student), "student")
+            tracker.finish(run_id, "FINISHED" if status in ("finished", "stopped") else "FAILED")
+            metric = outcome.get("metric")
+            shown = f"{metric_name} {metric:.4f}" if isinstance(metric, (int, float)) else (outcome.get("error") or "")[:120]
+            log(f"trial {t.key}: {status} {shown}")
+
+    return SweepCallback()
+
+
+# ----------------------------------------------------------------------------------------------
+# the sweep
+# ----------------------------------------------------------------------------------------------
+
+
+def _state(paths_dir: Path) -> dict[str, Any]:
+    f = paths_dir / STATE_FILE
+    return json.loads(f.read_text()) if f.is_file() else {}
+
+
+def _save_state(sweep_dir: Path, state: dict[str, Any]) -> None:
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+    tmp = sweep_dir / f".{STATE_FILE}.tmp"
+    tmp.write_text(json.dumps(state, indent=2))
+    os.replace(tmp, sweep_dir / STATE_FILE)
+
+
+def run_sweep(
+    spec: SweepSpec,
+    workdir: Path,
+    *,
+    resume: bool = False,
+    address: str | None = None,
+    log: Callable[[str], None] = print,
+):
+    """Run the sweep; returns the results table (a pandas DataFrame)."""
+    import ray
+    from ray import tune
+    from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
+
+    from pipeline.stages import ensure_teacher, prepare
+    from pipeline.tracking import SweepTracker
+
+    workdir = workdir.resolve()
+    sweep_dir = workdir / spec.name
+    trials = expand_trials(spec)
+    if not trials:
+        raise DrydockError("methods: the spec lists no method to run")
+
+    state = _state(sweep_dir)
+    resuming = resume and bool(state.get("run_id"))
+    if resume and not resuming:
+        log(f"resume: no earlier run of {spec.name!r} in {sweep_dir}; starting a new one")
+    run_id = state["run_id"] if resuming else time.strftime("%Y%m%d-%H%M%S")
+    paths = SweepPaths(sweep_dir, run_id)
+    paths.trials_dir.mkdir(parents=True, exist_ok=True)
+    if not resuming and paths.results.exists():  # keep the previous run's table with its run
+        previous = state.get("run_id")
+        if previous:
+            os.replace(paths.results, sweep_dir / "runs" / previous / results_table.RESULTS_FILE)
+
+    # prepare and teacher: once, in this process, cached for every trial
+    t0 = time.time()
+    prepared = prepare(spec, workdir)
+    log(f"prepare: {prepared.data.num_train} training examples, fingerprint {prepared.data.fingerprint} ({time.time() - t0:.1f}s)")
+    needs_teacher = any(_needs_teacher(t) for t in trials)
+    teacher = ensure_teacher(spec, prepared, workdir, log=log) if needs_teacher else None
+    metric_name = prepared.data.task.primary_metric
+    metric_key = f"eval/{metric_name}"
+    teacher_metric = teacher.metrics.get(metric_key) if teacher else None
+
+    tracker = SweepTracker(spec, workdir)
+    if resuming and state.get("parent_run_id"):
+        tracker.parent_id = state["parent_run_id"]
+        tracker.client.update_run(tracker.parent_id, status="RUNNING")
+    else:
+        tracker.start_parent(resume=False)
+        spec_file = paths.run_dir / "spec.json"
+        spec_file.write_text(json.dumps(spec_to_dict(spec), indent=2))
+        tracker.log_parent_artifact(spec_file)
+        tracker.log_parent(
+            params={"task": spec.task.name, "teacher": spec.teacher.model, "methods": ",".join(spec.methods),
+                    "trials": str(len(trials)), "data_fingerprint": prepared.data.fingerprint},
+            metrics={f"teacher/{k.split('/', 1)[-1]}": v for k, v in (teacher.metrics if teacher else {}).items()
+                     if isinstance(v, (int, float))},
+        )
+    _save_state(sweep_dir, {"run_id": run_id, "parent_run_id": tracker.parent_id, "status": "running"})
+    log(f"search: {len(trials)} trials ({', '.join(sorted({t.method for t in trials}))}) × seeds {spec.seeds}; run {run_id}")
+
+    init_ray(address or spec.resources.address, spec.resources.use_gpu)
+    # Checkpoints and Tune state: the run folder, or the spec's shared path/URI on a cluster
+    # (every node must reach it; a node-local path breaks retries on another node).
+    if spec.resources.storage_path:
+        storage_root, tune_name = spec.resources.storage_path.rstrip("/"), f"{spec.name}-{run_id}-tune"
+        train_storage = f"{storage_root}/{spec.name}-{run_id}-train"
+    else:
+        storage_root, tune_name, train_storage = str(paths.run_dir), "tune", str(paths.run_dir / "train")
+    experiment_path = f"{storage_root}/{tune_name}"
+    shared = {
+        "spec": spec_to_dict(spec),
+        "workdir": str(workdir),
+        "trials_dir": str(paths.trials_dir),
+        "train_storage": train_storage,
+        "teacher": {"path": str(teacher.path), "metrics": teacher.metrics, "key": teacher.key} if teacher else None,
+        "metric_key": metric_key,
+        "max_failures": spec.search.max_failures,
+    }
+    if spec.search.scheduler == "asha":
+        scheduler = ASHAScheduler(
+            time_attr="epoch", metric=metric_key, mode="max", max_t=spec.train.epochs,
+            grace_period=min(spec.search.asha.grace_period, spec.train.epochs),
+            reduction_factor=spec.search.asha.reduction_factor,
+        )
+    else:
+        scheduler = FIFOScheduler()
+    trainable = tune.with_resources(tune.with_parameters(trial_driver, shared=shared), {"cpu": 0, "memory": 1})
+    callback = make_callback(spec, paths, tracker, metric_name, teacher_metric, log)
+
+    status = "FAILED"
+    try:
+        if resuming and tune.Tuner.can_restore(experiment_path):
+            log(f"resume: continuing run {run_id} (finished trials are kept)")
+            tuner = tune.Tuner.restore(experiment_path, trainable=trainable, resume_errored=True,
+                                       param_space={"trial": tune.grid_search([t.to_dict() for t in trials])})
+            # callbacks are not restored: attach ours again
+            tuner._local_tuner._run_config.callbacks = [callback]
+        else:
+            tuner = tune.Tuner(
+                trainable,
+                param_space={"trial": tune.grid_search([t.to_dict() for t in trials])},
+                tune_config=tune.TuneConfig(scheduler=scheduler, max_concurrent_trials=max_concurrent(spec), reuse_actors=False),
+                run_config=tune.RunConfig(
+                    name=tune_name, storage_path=storage_root, callbacks=[callback],
+                    failure_config=tune.FailureConfig(max_failures=0), verbose=0,
+                ),
+            )
+        tuner.fit()
+        status = "FINISHED"
+    finally:
+        frame = results_table.read_results(paths.results)
+        for path in (paths.results,):
+            if path.exists():
+                tracker.log_parent_artifact(path)
+        tracker.end_parent(status if status == "FINISHED" else "KILLED")
+        _save_state(sweep_dir, {"run_id": run_id, "parent_run_id": tracker.parent_id, "status": status.lower()})
+    return frame
+
+
+def _needs_teacher(trial: TrialSpec) -> bool:
+    from methods import get_method
+
+    cls = get_method(trial.method)
+    return cls.needs_teacher(cls.Params.model_validate(trial.params))
+
+
+def summary_table(frame) -> str:
+    """The trial table printed at the end of a sweep (rich, plain text when piped)."""
+    from io import StringIO
+
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="trials", show_lines=False)
+    params = [c for c in frame.columns if c.startswith("params.")]
+    for col in ["trial_id", "status", "metric", "retention", "num_params_encoder", "train_seconds"]:
+        table.add_column(col, justify="right" if col not in ("trial_id", "status") else "left")
+    for _, row in frame.iterrows():
+        def fmt(v, digits=4):
+            if v is None or (isinstance(v, float) and math.isnan(v)) or v is getattr(__import__("pandas"), "NA", None):
+                return "-"
+            return f"{v:.{digits}f}" if isinstance(v, float) else str(v)
+        table.add_row(str(row["trial_id"]), str(row["status"]), fmt(row["metric"]), fmt(row["retention"], 3),
+                      fmt(row["num_params_encoder"]), fmt(row["train_seconds"], 1))
+    out = StringIO()
+    Console(file=out, width=140).print(table)
+    return out.getvalue()

@@ -1,0 +1,105 @@
+"""The Ray Train worker: one process of one trial (rank r of N).
+
+It receives plain data (the spec as a dict, the trial, paths), validates the spec again into
+the typed config (a worker never trusts an unvalidated dict), loads the tokenized data and the
+fine-tuned teacher from the work directory's cache (a trial never re-tokenizes or re-fine-tunes),
+runs the loop under DDP or DeepSpeed, reports every evaluation with a checkpoint, and rank 0
+exports the student into the trial's folder.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import traceback
+from pathlib import Path
+from typing import Any, Callable
+
+import ray.train
+import torch
+
+from pipeline import loop
+from pipeline.config import spec_from_dict
+from pipeline.search import TrialSpec
+
+OUTCOME_FILE = "outcome.json"
+
+
+class RayReporter:
+    """Every rank reports every evaluation; rank 0's metrics reach Tune (TuneReportCallback).
+
+    DeepSpeed's checkpoint save is a collective, so every rank writes its part into its own
+    temporary folder and Ray merges the ranks' folders into one checkpoint.
+    """
+
+    def report(self, metrics: dict[str, float], save_checkpoint: Callable[[Path], None] | None) -> None:
+        if save_checkpoint is None:
+            ray.train.report(metrics)
+            return
+        with tempfile.TemporaryDirectory() as tmp:
+            save_checkpoint(Path(tmp))
+            ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(tmp))
+
+    def resume_from(self) -> Path | None:
+        checkpoint = ray.train.get_checkpoint()
+        if checkpoint is None:
+            return None
+        path = Path(checkpoint.to_directory())
+        return path if (path / loop.CHECKPOINT_FILE).is_file() else None
+
+
+def _distributed(resources: dict[str, Any]) -> loop.Distributed:
+    context = ray.train.get_context()
+    world, rank = context.get_world_size(), context.get_world_rank()
+    if resources["use_gpu"] and torch.cuda.is_available():
+        device = ray.train.torch.get_device()
+        torch.cuda.set_device(device)
+    else:
+        device = torch.device("cpu")
+    preset = None
+    if resources["deepspeed"].get("preset"):
+        preset = json.loads(Path(resources["deepspeed"]["preset"]).read_text())
+    strategy = resources["strategy"] if (world > 1 or resources["strategy"] == "deepspeed") else "none"
+    return loop.Distributed(
+        strategy=strategy, world_size=world, rank=rank, device=device,
+        zero_stage=resources["deepspeed"]["zero_stage"], deepspeed_preset=preset,
+    )
+
+
+def train_worker(config: dict[str, Any]) -> None:
+    """Ray Train's `train_loop_per_worker`."""
+    from pipeline.stages import Prepared, TeacherResult, prepare
+    from pipeline.trial import run_trial
+
+    spec = spec_from_dict(config["spec"])
+    trial = TrialSpec.from_dict(config["trial"])
+    workdir, output_dir = Path(config["workdir"]), Path(config["output_dir"])
+    if config.get("threads"):
+        torch.set_num_threads(int(config["threads"]))
+    dist = _distributed(spec.resources.model_dump())
+    teacher = TeacherResult(Path(config["teacher"]["path"]), config["teacher"]["metrics"], True, config["teacher"]["key"]) if config.get("teacher") else None
+    prepared: Prepared = prepare(spec, workdir)
+    try:
+        outcome = run_trial(
+            spec, trial.method, trial.params, trial.seed, workdir, output_dir,
+            prepared=prepared, teacher=teacher, dist=dist, reporter=RayReporter(), log=lambda _: None,
+        )
+    except loop.TrainingDiverged as e:
+        # Not retryable (it would diverge again): record it and end the trial normally.
+        if dist.is_main:
+            _write_outcome(output_dir, {"status": "failed", "error": str(e)})
+        return
+    except Exception as e:
+        if dist.is_main:
+            _write_outcome(output_dir, {"status": "failed", "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()})
+        raise
+    if dist.is_main:
+        _write_outcome(output_dir, {"status": "finished", **outcome.metrics, "student_path": str(outcome.student_path)})
+
+
+def _write_outcome(output_dir: Path, outcome: dict[str, Any]) -> None:
+    output_dir.mkdir(parents=True, exist_ok=True)
+    tmp = output_dir / f".{OUTCOME_FILE}.tmp"
+    tmp.write_text(json.dumps(outcome, indent=2, default=str))
+    os.replace(tmp, output_dir / OUTCOME_FILE)

@@ -1,0 +1,99 @@
+"""Shared fixtures: tiny random BERTs, an offline tokenizer, real data from ../shared/data.
+
+Tests that read ../shared/data skip with a reason where it is absent (a fresh machine
+elsewhere); `.ci/run` sets DRYDOCK_REQUIRE_SHARED_DATA=1, which turns that skip into a failure.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+# Before anything imports ray or deepspeed: workers inherit the environment at ray.init.
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+os.environ.setdefault("DS_ACCELERATOR", "cpu")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("MLFLOW_ENABLE_ASYNC_LOGGING", "false")
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED_DATA = Path(os.environ.get("DRYDOCK_SHARED_DATA", ROOT.parent / "shared" / "data"))
+
+TINY_TEXTS = [
+    "a truly wonderful and moving film",
+    "the plot was dull and the acting worse",
+    "an instant classic that i loved",
+    "boring , predictable and far too long",
+    "great performances from the whole cast",
+    "i hated every minute of it",
+    "the music is lovely but the story is thin",
+    "not good , not bad , just fine",
+]
+
+
+def _shared(sub: str) -> Path:
+    path = SHARED_DATA / sub
+    if not path.exists():
+        if os.environ.get("DRYDOCK_REQUIRE_SHARED_DATA") == "1":
+            pytest.fail(f"{path} is missing but DRYDOCK_REQUIRE_SHARED_DATA=1 (CI) requires it")
+        pytest.skip(f"{path} is absent on this machine (shared data not laid out)")
+    return path
+
+
+@pytest.fixture
+def glue_dir() -> Path:
+    """The shared GLUE folder (SST-2, RTE in the canonical layout)."""
+    return _shared("glue")
+
+
+@pytest.fixture(scope="session")
+def tiny_tokenizer():
+    """A WordPiece tokenizer trained offline on TINY_TEXTS (no hub access)."""
+    from pipeline.text_tokenizer import train_wordpiece
+
+    return train_wordpiece(TINY_TEXTS * 4, vocab_size=100)
+
+
+def make_tiny_bert(num_layers: int = 4, num_labels: int = 2, seed: int = 0, vocab_size: int = 100, **kw):
+    from transformers import BertForSequenceClassification
+
+    from methods._bert import tiny_bert_config
+
+    torch.manual_seed(seed)
+    model = BertForSequenceClassification(
+        tiny_bert_config(vocab_size=vocab_size, num_layers=num_layers, num_labels=num_labels, **kw)
+    )
+    return model.eval()
+
+
+@pytest.fixture
+def tiny_bert():
+    return make_tiny_bert()
+
+
+def make_batch(batch_size: int = 4, seq_len: int = 12, vocab_size: int = 100, num_labels: int = 2, seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    input_ids = torch.randint(5, vocab_size, (batch_size, seq_len), generator=g)
+    attention_mask = torch.ones(batch_size, seq_len, dtype=torch.long)
+    for i in range(1, batch_size):  # ragged lengths (at least 2 tokens): padding must be handled
+        attention_mask[i, max(2, seq_len - 2 * (i % seq_len)) :] = 0
+    input_ids = input_ids * attention_mask
+    batch = {
+        "input_ids": input_ids,
+        "attention_mask": attention_mask,
+        "token_type_ids": torch.zeros_like(input_ids),
+    }
+    if num_labels == 1:
+        batch["labels"] = torch.rand(batch_size, generator=g) * 5
+    else:
+        batch["labels"] = torch.randint(0, num_labels, (batch_size,), generator=g)
+    return batch
+
+
+@pytest.fixture
+def tiny_batch():
+    return make_batch()

@@ -1,0 +1,124 @@
+"""The spec: every shipped file validates; mistakes give one line naming the field."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from pipeline.config import default_params, domain_candidates, load_spec, spec_from_dict
+from pipeline.errors import SpecError
+
+ROOT = Path(__file__).resolve().parents[2]
+SPECS = sorted((ROOT / "sweeps").glob("*.yaml"))
+
+MINIMAL = {
+    "name": "t",
+    "task": {"name": "sst2", "source": "glue_dir", "glue_dir": "/data/glue"},
+    "teacher": {"model": "bert-base-uncased"},
+    "methods": {"kd": {"alpha": {"grid": [0.5, 0.9]}}},
+}
+
+
+def problems(raw: dict, overrides: list[str] | None = None) -> list[str]:
+    with pytest.raises(SpecError) as info:
+        spec_from_dict(raw, overrides)
+    return info.value.problems
+
+
+@pytest.mark.parametrize("path", SPECS, ids=lambda p: p.name)
+def test_every_shipped_spec_validates(path, monkeypatch):
+    monkeypatch.setenv("GLUE_DIR", str(ROOT.parent / "shared" / "data" / "glue"))
+    spec = load_spec(path)
+    assert spec.name
+    first = path.read_text().splitlines()[0]
+    assert first.startswith("# drydock "), f"{path.name} must start with the command that runs it"
+
+
+def test_minimal_spec_and_defaults():
+    spec = spec_from_dict(MINIMAL)
+    assert spec.seeds == [0] and spec.train.batch_size == 32
+    assert spec.resources.strategy == "ddp" and spec.search.scheduler == "fifo"
+    assert spec.registered_model_name == "t-student" and spec.experiment_name == "t"
+
+
+def test_unknown_key_names_the_field():
+    raw = {**MINIMAL, "train": {"epochs": 1, "epocs": 2}}
+    assert problems(raw) == ["train.epocs: unknown key (not part of the spec; check the spelling)"]
+
+
+def test_wrong_type_names_the_field_and_value():
+    raw = {**MINIMAL, "train": {"batch_size": "big"}}
+    (line,) = problems(raw)
+    assert line.startswith("train.batch_size: ") and "'big'" in line
+
+
+def test_negative_sequence_length():
+    raw = {**MINIMAL, "task": {**MINIMAL["task"], "max_seq_length": -5}}
+    (line,) = problems(raw)
+    assert line.startswith("task.max_seq_length: ") and "greater than 0" in line and "-5" in line
+
+
+def test_unset_environment_variable(monkeypatch):
+    monkeypatch.delenv("GLUE_DIR", raising=False)
+    raw = {**MINIMAL, "task": {**MINIMAL["task"], "glue_dir": "${GLUE_DIR}"}}
+    assert problems(raw) == ["task.glue_dir: environment variable GLUE_DIR is not set (used as ${GLUE_DIR})"]
+
+
+def test_environment_expansion_and_default(monkeypatch):
+    monkeypatch.setenv("GLUE_DIR", "/x/glue")
+    raw = {**MINIMAL, "task": {**MINIMAL["task"], "glue_dir": "${GLUE_DIR}/sub"}}
+    assert spec_from_dict(raw).task.glue_dir == "/x/glue/sub"
+    monkeypatch.delenv("GLUE_DIR")
+    raw["task"] = {"name": "sst2", "source": "auto", "glue_dir": "${GLUE_DIR:-}"}
+    spec = spec_from_dict(raw)
+    assert spec.task.glue_dir is None and spec.task.resolved_source() == "hub"
+
+
+def test_overrides_with_set():
+    spec = spec_from_dict(MINIMAL, ["train.epochs=1", "methods.kd.alpha=0.3", "seeds=[1, 2]"])
+    assert spec.train.epochs == 1 and spec.methods["kd"]["alpha"] == 0.3 and spec.seeds == [1, 2]
+    with pytest.raises(SpecError, match="expected KEY=VALUE"):
+        spec_from_dict(MINIMAL, ["train.epochs"])
+
+
+def test_method_parameters_are_checked_against_the_method():
+    assert problems({**MINIMAL, "methods": {"kd": {"alpah": 0.5}}})[0].startswith("methods.kd.alpah: unknown parameter")
+    (line,) = problems({**MINIMAL, "methods": {"kd": {"alpha": {"grid": [0.5, 1.5]}}}})
+    assert line.startswith("methods.kd.alpha: ") and "1.5" in line
+    assert problems({**MINIMAL, "methods": {"nope": {}}})[0].startswith("methods.nope: unknown method")
+    (line,) = problems({**MINIMAL, "methods": {"kd": {"temperature": {"uniform": [5, 1]}}}})
+    assert line == "methods.kd.temperature: uniform needs low < high, got [5, 1]"
+
+
+def test_domains():
+    assert domain_candidates({"grid": [1, 2]}) == [1, 2]
+    assert domain_candidates({"loguniform": [1e-5, 1e-4]}) == [1e-5, 1e-4]
+    assert domain_candidates({"randint": [2, 5]}) == [2, 4]
+    assert default_params({"alpha": {"grid": [0.1]}, "temperature": 3.0}) == {"temperature": 3.0}
+
+
+def test_yaml_is_safe_loaded(tmp_path):
+    bad = tmp_path / "evil.yaml"
+    bad.write_text("name: !!python/object/apply:os.system ['echo pwned']\n")
+    with pytest.raises(SpecError, match="not valid YAML"):
+        load_spec(bad)
+
+
+def test_validate_cli_exit_codes(tmp_path):
+    good = tmp_path / "good.yaml"
+    good.write_text(yaml.safe_dump(MINIMAL))
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump({**MINIMAL, "train": {"epocs": 1}}))
+    run = lambda p: subprocess.run([sys.executable, "-m", "pipeline.cli", "validate", str(p)], capture_output=True, text=True)
+    ok = run(good)
+    assert ok.returncode == 0, ok.stderr
+    fail = run(bad)
+    assert fail.returncode == 2
+    assert fail.stderr.strip() == "error: train.epocs: unknown key (not part of the spec; check the spelling)"
+    assert "Traceback" not in fail.stderr
+    missing = run(tmp_path / "nope.yaml")
+    assert missing.returncode == 2 and "spec file not found" in missing.stderr
