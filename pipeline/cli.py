@@ -81,9 +81,9 @@ def cmd_methods(args: argparse.Namespace) -> int:
         cls = get_method(name)
         print(f"{name}: {cls.summary}")
         for field, info in cls.Params.model_fields.items():
-            default = info.default if info.default is not None else "null"
+            default = info.get_default(call_default_factory=True)
             desc = f"  — {info.description}" if info.description else ""
-            print(f"    {field} = {default!r}{desc}" if not isinstance(default, str) or default != "null" else f"    {field} = null{desc}")
+            print(f"    {field} = {'null' if default is None else repr(default)}{desc}")
     return EXIT_OK
 
 

@@ -665,7 +665,7 @@ def _fingerprint_content(cfg: TaskConfig, tokenizer: PreTrainedTokenizerBase) ->
         "label_names": cfg.label_names,
         "num_labels": cfg.num_labels,
         "regression": cfg.regression,
-        "tokenizer": _tokenizer_digest(tokenizer),
+        "tokenizer": tokenizer_digest(tokenizer),
         "truncation_side": tokenizer.truncation_side,
         "max_seq_length": cfg.max_seq_length,
         "max_train_samples": cfg.max_train_samples,
@@ -674,7 +674,7 @@ def _fingerprint_content(cfg: TaskConfig, tokenizer: PreTrainedTokenizerBase) ->
     }
 
 
-def _tokenizer_digest(tokenizer: PreTrainedTokenizerBase) -> str:
+def tokenizer_digest(tokenizer: PreTrainedTokenizerBase) -> str:
     """The backend's vocabulary and pipeline, without the truncation/padding state that every
     `tokenizer(..., truncation=True)` call rewrites (else the fingerprint drifts after first use)."""
     state = json.loads(tokenizer.backend_tokenizer.to_str())

@@ -8,7 +8,6 @@ The student builders live in `methods._bert` (methods may not import the pipelin
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import os
 from collections.abc import Callable
@@ -58,10 +57,10 @@ def load_tokenizer(ref: str) -> PreTrainedTokenizerBase:
 
 
 def tokenizer_id(tokenizer: PreTrainedTokenizerBase) -> str:
-    """A content hash of the tokenizer: the data cache is keyed by it."""
-    backend = getattr(tokenizer, "backend_tokenizer", None)
-    text = backend.to_str() if backend is not None else repr(sorted(tokenizer.get_vocab().items()))
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+    """A content hash of the tokenizer (vocabulary and pipeline, not its call-time state)."""
+    from pipeline.data import tokenizer_digest
+
+    return tokenizer_digest(tokenizer)[:16]
 
 
 def _label_maps(task: TaskInfo) -> dict:

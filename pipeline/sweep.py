@@ -96,7 +96,9 @@ def init_ray(address: str | None, use_gpu: bool) -> None:
         # Local: sized to this machine. The dashboard stays on (include_dashboard=None): without
         # its State API, Train's placement-group cleaner cannot free the workers of trials that
         # ASHA stops, and later trials time out waiting for them (STACK-NOTES F1).
-        ray.init(num_cpus=os.cpu_count(), object_store_memory=256 * 2**20, include_dashboard=None, **common)
+        temp_dir = os.environ.get("DRYDOCK_RAY_TMPDIR")  # a short path: Ray's sockets live under it
+        ray.init(num_cpus=os.cpu_count(), object_store_memory=256 * 2**20, include_dashboard=None,
+                 **({"_temp_dir": temp_dir} if temp_dir else {}), **common)
 
 
 def max_concurrent(spec: SweepSpec) -> int:

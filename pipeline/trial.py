@@ -99,6 +99,8 @@ def run_trial(
         "train_seconds": result.train_seconds,
         "steps": result.steps,
         "data_fingerprint": prepared.data.fingerprint,
+        "strategy": dist.strategy,
+        "world_size": dist.world_size,
         "teacher": spec.teacher.model,
     }
     student_path = None

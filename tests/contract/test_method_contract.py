@@ -30,7 +30,7 @@ SETTINGS: dict[str, dict] = {
     # query/key relations; one step of unlabeled text per distillation phase
     "minilm": {
         "num_layers": 2, "hidden_size": 16, "num_heads": 2, "relation_heads": 4, "teacher_assistant": True,
-        "query_key_relations": True, "distill_epochs": 0.125,
+        "query_key_relations": True, "distill_epochs": 0.25,
     },
     "cofi": {"distill_warmup_fraction": 0.2, "pruning_fraction": 0.5, "sparsity_warmup_fraction": 0.5, "target_sparsity": 0.5},
 }
