@@ -488,14 +488,16 @@ def run(
     for phase_index in range(start_phase, len(plan)):
         phase = plan[phase_index]
         method.start_phase(phase)
+        resuming_mid_phase = saved is not None and saved["phase_step"] > 0
+        if resuming_mid_phase:  # before param_groups: the state may change the module's shapes
+            method.load_state_dict(saved["method"])
         method.model.to(device)
         groups = method.param_groups(phase)
         _check_groups(groups, phase, method.model)
         engine = Engine(method, groups, phase, train, dist, micro_batch)
         stream = streams[phase.data]
         first_step = 0
-        if saved is not None and saved["phase_step"] > 0:
-            method.load_state_dict(saved["method"])
+        if resuming_mid_phase:
             engine.load(resume_dir)
             first_step = saved["phase_step"]
         saved = None

@@ -20,6 +20,10 @@ os.environ.setdefault("MLFLOW_ENABLE_ASYNC_LOGGING", "false")
 import pytest
 import torch
 
+# Tiny models gain nothing from intra-op threads, and on a shared 2-core machine two threads per
+# process (plus Ray's workers) oversubscribe the cores: one thread keeps steps fast and steady.
+torch.set_num_threads(1)
+
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("DRYDOCK_SHARED_DATA", ROOT.parent / "shared" / "data"))
 
