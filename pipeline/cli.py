@@ -4,6 +4,7 @@
     drydock methods                                 list registered methods and their parameters
     drydock train SPEC --method NAME --output DIR   run one configuration in-process
     drydock sweep SPEC [--workdir DIR] [--resume] [--address ADDR]   the whole search on Ray
+    drydock retrain SPEC [--workdir DIR] [--address ADDR]           for schedulers: only when inputs changed
 
 A user mistake (bad spec, missing data, unknown label) prints one line per problem and exits 2,
 with no traceback; exit 1 means the run itself failed.
@@ -12,7 +13,6 @@ with no traceback; exit 1 means the run itself failed.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from pathlib import Path
@@ -49,7 +49,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workdir", type=Path, default=Path("runs"), help="work directory (default: runs/)")
     p.add_argument("--resume", action="store_true", help="continue the last run of this sweep")
     p.add_argument("--address", default=None, help="Ray cluster address (default: RAY_ADDRESS or a local instance)")
+
+    p = sub.add_parser("retrain", help="re-run the sweep only if the spec, data or teacher changed (for schedulers)")
+    _add_spec_args(p)
+    p.add_argument("--workdir", type=Path, default=Path("runs"), help="work directory (default: runs/)")
+    p.add_argument("--address", default=None, help="Ray cluster address (default: RAY_ADDRESS or a local instance)")
     return parser
+
+
+def cmd_retrain(args: argparse.Namespace) -> int:
+    from pipeline.config import load_spec
+    from pipeline.retrain import run_cli
+
+    return run_cli(load_spec(args.spec, args.overrides), args.workdir, args.address)
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
@@ -110,7 +122,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-COMMANDS = {"validate": cmd_validate, "methods": cmd_methods, "train": cmd_train, "sweep": cmd_sweep}
+COMMANDS = {"validate": cmd_validate, "methods": cmd_methods, "train": cmd_train, "sweep": cmd_sweep, "retrain": cmd_retrain}
 
 
 def main(argv: list[str] | None = None) -> int:

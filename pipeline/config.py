@@ -233,6 +233,15 @@ class DeepSpeedConfig(_Model):
     zero_stage: Annotated[int, Field(ge=0, le=3)] = 1
     preset: str | None = None  # a DeepSpeed JSON file merged under the generated config
 
+    @field_validator("zero_stage")
+    @classmethod
+    def _no_stage_3_yet(cls, v: int) -> int:
+        if v == 3:
+            # ZeRO-3 partitions the weights: evaluation and export would need them gathered,
+            # which the loop does not do yet. Refuse now rather than export an empty student.
+            raise ValueError("ZeRO stage 3 is not supported yet (students would export empty); use 0, 1 or 2")
+        return v
+
 
 class ResourcesConfig(_Model):
     workers_per_trial: PositiveInt = 1

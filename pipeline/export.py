@@ -25,11 +25,14 @@ from methods.base import TaskInfo, logits_of
 
 METADATA_FILE = "drydock.json"
 VERIFY_ATOL = 1e-4
+VERIFY_FILE = "verify.safetensors"  # the reference batch and logits, beside a trial's student
 
 # Runs in the fresh process. drydock's packages are poisoned in sys.modules first, so a
-# folder that secretly needs drydock fails here instead of on a consumer's machine.
+# folder that secretly needs drydock fails here instead of on a consumer's machine. It serves
+# one request per input line (folder, batch file, output file), so a sweep pays the import of
+# torch and transformers once, not once per student.
 _VERIFY_SCRIPT = r"""
-import sys
+import json, sys, traceback
 for name in ("pipeline", "methods", "drydock"):
     sys.modules[name] = None
 import torch
@@ -37,12 +40,17 @@ from safetensors.torch import load_file, save_file
 from transformers import AutoModelForSequenceClassification
 from transformers.utils import logging
 logging.set_verbosity_error()
-folder, batch_file, out_file = sys.argv[1:4]
-model = AutoModelForSequenceClassification.from_pretrained(folder, trust_remote_code=True).eval()
-batch = load_file(batch_file)
-with torch.no_grad():
-    logits = model(**batch).logits.float()
-save_file({"logits": logits.contiguous()}, out_file)
+print("ready", flush=True)
+for line in sys.stdin:
+    folder, batch_file, out_file = json.loads(line)
+    try:
+        model = AutoModelForSequenceClassification.from_pretrained(folder, trust_remote_code=True).eval()
+        with torch.no_grad():
+            logits = model(**load_file(batch_file)).logits.float()
+        save_file({"logits": logits.contiguous()}, out_file)
+        print(json.dumps({"ok": True}), flush=True)
+    except Exception:
+        print(json.dumps({"ok": False, "error": traceback.format_exc()[-3000:]}), flush=True)
 """
 
 
@@ -76,6 +84,16 @@ def save_student(
     return folder
 
 
+def save_reference(path: Path, batch: dict[str, torch.Tensor], expected: torch.Tensor) -> None:
+    """For verification later, in another process (the sweep's driver verifies every trial)."""
+    save_file({**{f"batch.{k}": v.contiguous() for k, v in batch.items()}, "expected": expected.contiguous()}, str(path))
+
+
+def load_reference(path: Path) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    tensors = load_file(str(path))
+    return {k.split(".", 1)[1]: v for k, v in tensors.items() if k.startswith("batch.")}, tensors["expected"]
+
+
 def reference_batch(dev_dataset, n: int = 16, pad_id: int = 0) -> dict[str, torch.Tensor]:
     from pipeline.loop import collate
 
@@ -96,24 +114,63 @@ def reference_logits(model: nn.Module, batch: dict[str, torch.Tensor]) -> torch.
     return out
 
 
-def reload_logits_in_fresh_process(folder: Path, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-    with tempfile.TemporaryDirectory() as tmp:
-        batch_file, out_file = Path(tmp) / "batch.safetensors", Path(tmp) / "logits.safetensors"
-        save_file({k: v.contiguous() for k, v in batch.items()}, str(batch_file))
+class Verifier:
+    """A fresh Python process, without drydock, that reloads saved students and returns logits."""
+
+    def __init__(self) -> None:
         env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-        env.update({"HF_HUB_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "error"})
-        proc = subprocess.run(
-            [sys.executable, "-I", "-c", _VERIFY_SCRIPT, str(folder), str(batch_file), str(out_file)],
-            capture_output=True, text=True, env=env, cwd=tmp, timeout=600,
+        env.update({"HF_HUB_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "error", "TOKENIZERS_PARALLELISM": "false"})
+        self._tmp = tempfile.TemporaryDirectory()
+        self._proc = subprocess.Popen(
+            [sys.executable, "-I", "-c", _VERIFY_SCRIPT], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True, env=env, cwd=self._tmp.name,
         )
-        if proc.returncode != 0:
-            raise ExportMismatch(f"{folder} does not load without drydock:\n{proc.stderr.strip()[-2000:]}")
+        self._count = 0
+        if self._readline() != "ready":
+            raise ExportMismatch(f"the verification process did not start:\n{self._proc.stderr.read()[-2000:]}")
+
+    def _readline(self) -> str:
+        line = self._proc.stdout.readline()
+        if not line:
+            raise ExportMismatch(f"the verification process died:\n{self._proc.stderr.read()[-2000:]}")
+        return line.strip()
+
+    def logits(self, folder: Path, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        self._count += 1
+        batch_file = Path(self._tmp.name) / f"batch{self._count}.safetensors"
+        out_file = Path(self._tmp.name) / f"logits{self._count}.safetensors"
+        save_file({k: v.contiguous() for k, v in batch.items()}, str(batch_file))
+        self._proc.stdin.write(json.dumps([str(folder), str(batch_file), str(out_file)]) + "\n")
+        self._proc.stdin.flush()
+        answer = json.loads(self._readline())
+        if not answer["ok"]:
+            raise ExportMismatch(f"{folder} does not load without drydock:\n{answer['error']}")
         return load_file(str(out_file))["logits"]
 
+    def close(self) -> None:
+        if self._proc.poll() is None:
+            self._proc.stdin.close()
+            try:
+                self._proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+        self._tmp.cleanup()
 
-def verify_export(folder: Path, expected: torch.Tensor, batch: dict[str, torch.Tensor]) -> float:
+    def __enter__(self) -> "Verifier":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def reload_logits_in_fresh_process(folder: Path, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    with Verifier() as verifier:
+        return verifier.logits(folder, batch)
+
+
+def verify_export(folder: Path, expected: torch.Tensor, batch: dict[str, torch.Tensor], verifier: Verifier | None = None) -> float:
     """Max absolute logit difference between the saved folder and the trained model."""
-    got = reload_logits_in_fresh_process(folder, batch)
+    got = verifier.logits(folder, batch) if verifier else reload_logits_in_fresh_process(folder, batch)
     if got.shape != expected.shape:
         raise ExportMismatch(f"{folder}: reloaded logits have shape {tuple(got.shape)}, expected {tuple(expected.shape)}")
     diff = float((got - expected).abs().max())

@@ -15,7 +15,6 @@ business, never a method's.
 from __future__ import annotations
 
 import math
-import os
 import random
 import sys
 import time
@@ -316,13 +315,13 @@ class Engine:
         """Optimizer and LR-schedule state. DeepSpeed's save is a collective: every rank calls
         this with its own directory, and Ray merges the ranks' folders into one checkpoint."""
         if self.deepspeed is not None:
-            self.deepspeed.save_checkpoint(str(directory / "deepspeed"), tag="latest")
+            self.deepspeed.save_checkpoint(str(directory / "deepspeed"), tag="state")
         elif self.dist.is_main:
             torch.save({"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict()}, directory / "engine.pt")
 
     def load(self, directory: Path) -> None:
         if self.deepspeed is not None:
-            self.deepspeed.load_checkpoint(str(directory / "deepspeed"), tag="latest", load_module_strict=False)
+            self.deepspeed.load_checkpoint(str(directory / "deepspeed"), tag="state", load_module_strict=False)
             return
         state = torch.load(directory / "engine.pt", weights_only=True, map_location="cpu")
         self.optimizer.load_state_dict(state["optimizer"])

@@ -19,12 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-import torch
 from transformers import AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from methods.base import MethodContext, StudentDefaults, TaskInfo
 from pipeline.config import SweepSpec, TrainConfig
-from pipeline.data import PreparedData, load_raw, prepare_data, task_spec, train_texts
+from pipeline.data import PreparedData, load_raw, prepare_data, train_texts
 from pipeline.models import load_finetuned, load_tokenizer, pretrained_loader, tokenizer_id
 from pipeline.text_tokenizer import train_wordpiece
 
@@ -202,7 +201,3 @@ def ensure_teacher(spec: SweepSpec, prepared: Prepared, workdir: Path, log: Call
 def primary_metric_value(metrics: dict[str, float], prepared: Prepared) -> float | None:
     return metrics.get(f"eval/{prepared.data.task.primary_metric}")
 
-
-def set_threads(num: int | None) -> None:
-    if num:
-        torch.set_num_threads(num)

@@ -30,7 +30,7 @@ from pipeline import results as results_table
 from pipeline.config import SweepSpec, spec_to_dict
 from pipeline.errors import DrydockError
 from pipeline.search import TrialSpec, expand_trials
-from pipeline.worker import OUTCOME_FILE
+from pipeline.worker import OUTCOME_FILE, write_outcome
 
 STATE_FILE = "state.json"
 NAN = float("nan")
@@ -111,13 +111,16 @@ def max_concurrent(spec: SweepSpec) -> int:
     else:
         capacity, per_trial = resources.get("CPU", 0.0), r.workers_per_trial * r.cpus_per_worker
     fits = int(capacity // per_trial) if per_trial else 1
+    if spec.search.max_concurrent_trials:
+        # An autoscaling cluster may start smaller than it grows: trust the spec's number.
+        return spec.search.max_concurrent_trials
     if fits < 1:
         kind = "GPU" if r.use_gpu else "CPU"
         raise DrydockError(
             f"resources: a trial needs {per_trial:g} {kind}s ({r.workers_per_trial} workers), "
             f"but the Ray cluster has {capacity:g}"
         )
-    return min(fits, spec.search.max_concurrent_trials or fits)
+    return fits
 
 
 # ----------------------------------------------------------------------------------------------
@@ -151,7 +154,7 @@ def trial_driver(config: dict[str, Any], shared: dict[str, Any]) -> None:
             train_worker,
             train_loop_config={
                 "spec": shared["spec"], "trial": trial.to_dict(), "workdir": shared["workdir"],
-                "output_dir": str(trial_dir), "teacher": shared["teacher"],
+                "output_dir": str(trial_dir), "teacher": shared["teacher"], "deepspeed_preset": shared["deepspeed_preset"],
                 "threads": max(1, int(resources["cpus_per_worker"])),
             },
             scaling_config=ray.train.ScalingConfig(
@@ -170,9 +173,10 @@ def trial_driver(config: dict[str, Any], shared: dict[str, Any]) -> None:
             trainer.fit()
         except Exception as e:  # the worker's own outcome.json says more when it got that far
             error = f"{type(e).__name__}: {str(e).strip().splitlines()[-1] if str(e).strip() else ''}"
-        outcome = read_outcome(trial_dir) or {"status": "failed", "error": error or "no outcome was written"}
-        if outcome.get("status") != "finished" and error and not outcome.get("error"):
-            outcome["error"] = error
+        outcome = read_outcome(trial_dir)
+        if outcome is None:  # it failed before the worker could say why: record it here
+            outcome = {"status": "failed", "error": error or "the trial ended without an outcome"}
+            write_outcome(trial_dir, outcome)
     final = {"drydock_final": 1.0, shared["metric_key"]: _number(outcome.get("metric"))}
     tune.report(final)
 
@@ -195,6 +199,7 @@ def make_callback(spec: SweepSpec, paths: SweepPaths, tracker, metric_name: str,
         def __init__(self) -> None:
             self.last: dict[str, dict[str, Any]] = {}
             self.started: dict[str, float] = {}
+            self.verifier = None
 
         def _trial(self, trial) -> TrialSpec:
             return TrialSpec.from_dict(trial.config["trial"])
@@ -219,6 +224,26 @@ def make_callback(spec: SweepSpec, paths: SweepPaths, tracker, metric_name: str,
         def on_trial_error(self, iteration, trials, trial, **info):
             self._finish(trial, error=str(getattr(trial, "error_message", None) or "trial errored"))
 
+        def _verify(self, trial_dir: Path, outcome: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+            """The export counts only if a fresh process without drydock reproduces its logits."""
+            from pipeline.export import VERIFY_FILE, ExportMismatch, Verifier, load_reference, verify_export
+
+            reference = trial_dir / VERIFY_FILE
+            if not reference.is_file():
+                return "finished", outcome
+            if self.verifier is None:
+                self.verifier = Verifier()
+            batch, expected = load_reference(reference)
+            try:
+                outcome["export_max_abs_diff"] = verify_export(Path(outcome["student_path"]), expected, batch, self.verifier)
+            except ExportMismatch as e:
+                return "failed", {**outcome, "error": str(e)}
+            return "finished", outcome
+
+        def close(self) -> None:
+            if self.verifier is not None:
+                self.verifier.close()
+
         def _finish(self, trial, error: str | None) -> None:
             t = self._trial(trial)
             run_id = tracker.trial_run(t.key)
@@ -231,6 +256,8 @@ def make_callback(spec: SweepSpec, paths: SweepPaths, tracker, metric_name: str,
                            "metrics": {k.split("/", 1)[1]: v for k, v in last.items() if k.startswith("eval/")},
                            "steps": last.get("step")}
             status = outcome.get("status", "failed")
+            if status == "finished":
+                status, outcome = self._verify(paths.trials_dir / t.key, outcome)
             if outcome.get("teacher_metric") is None:
                 outcome["teacher_metric"] = teacher_metric
             row = results_table.trial_row(
@@ -239,11 +266,12 @@ def make_callback(spec: SweepSpec, paths: SweepPaths, tracker, metric_name: str,
             )
             results_table.upsert(paths.results, [row])
             final = {f"final/{k}": v for k, v in (outcome.get("metrics") or {}).items()}
-            for key in ("num_params", "num_params_encoder", "train_seconds", "steps"):
+            for key in ("num_params", "num_params_encoder", "train_seconds", "steps", "export_max_abs_diff"):
                 if outcome.get(key) is not None:
                     final[key] = outcome[key]
             tracker.log_metrics(run_id, final, int(outcome.get("steps") or 0))
-            tracker.set_tags(run_id, {"drydock.status": status, **({"drydock.error": outcome["error"]} if outcome.get("error") else {})})
+            tags = {"drydock.status": status, "drydock.error": outcome.get("error"), "drydock.node_id": outcome.get("node_id")}
+            tracker.set_tags(run_id, {k: v for k, v in tags.items() if v})
             student = outcome.get("student_path")
             if status == "finished" and student and Path(student).is_dir():
                 tracker.log_artifacts(run_id, Path(student), "student")
@@ -281,7 +309,6 @@ def run_sweep(
     log: Callable[[str], None] = print,
 ):
     """Run the sweep; returns the results table (a pandas DataFrame)."""
-    import ray
     from ray import tune
     from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
 
@@ -294,6 +321,8 @@ def run_sweep(
     if not trials:
         raise DrydockError("methods: the spec lists no method to run")
 
+    # Read here, before any work: workers may run elsewhere, in another working directory.
+    deepspeed_preset = load_deepspeed_preset(spec)
     state = _state(sweep_dir)
     resuming = resume and bool(state.get("run_id"))
     if resume and not resuming:
@@ -351,6 +380,7 @@ def run_sweep(
         "teacher": {"path": str(teacher.path), "metrics": teacher.metrics, "key": teacher.key} if teacher else None,
         "metric_key": metric_key,
         "max_failures": spec.search.max_failures,
+        "deepspeed_preset": deepspeed_preset,
     }
     if spec.search.scheduler == "asha":
         scheduler = ASHAScheduler(
@@ -384,6 +414,7 @@ def run_sweep(
         tuner.fit()
         status = "FINISHED"
     finally:
+        callback.close()
         frame = results_table.read_results(paths.results)
         for path in (paths.results,):
             if path.exists():
@@ -391,6 +422,23 @@ def run_sweep(
         tracker.end_parent(status if status == "FINISHED" else "KILLED")
         _save_state(sweep_dir, {"run_id": run_id, "parent_run_id": tracker.parent_id, "status": status.lower()})
     return frame
+
+
+def load_deepspeed_preset(spec: SweepSpec) -> dict[str, Any] | None:
+    ds = spec.resources.deepspeed
+    if spec.resources.strategy != "deepspeed" or not ds.preset:
+        return None
+    path = Path(ds.preset)
+    if not path.is_file():
+        raise DrydockError(f"resources.deepspeed.preset: {path} is not a file (a DeepSpeed JSON config)")
+    try:
+        preset = json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise DrydockError(f"resources.deepspeed.preset: {path} is not valid JSON ({e})") from None
+    stage = preset.get("zero_optimization", {}).get("stage")
+    if stage is not None and stage != ds.zero_stage:
+        raise DrydockError(f"resources.deepspeed.preset: {path} sets ZeRO stage {stage}, but resources.deepspeed.zero_stage is {ds.zero_stage}")
+    return preset
 
 
 def _needs_teacher(trial: TrialSpec) -> bool:
@@ -408,7 +456,6 @@ def summary_table(frame) -> str:
     from rich.table import Table
 
     table = Table(title="trials", show_lines=False)
-    params = [c for c in frame.columns if c.startswith("params.")]
     for col in ["trial_id", "status", "metric", "retention", "num_params_encoder", "train_seconds"]:
         table.add_column(col, justify="right" if col not in ("trial_id", "status") else "left")
     for _, row in frame.iterrows():

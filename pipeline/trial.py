@@ -16,7 +16,7 @@ from methods import get_method
 from methods._bert import count_parameters
 from pipeline import loop
 from pipeline.config import SweepSpec
-from pipeline.export import reference_batch, reference_logits, save_student, verify_export
+from pipeline.export import VERIFY_FILE, reference_batch, reference_logits, save_reference, save_student, verify_export
 from pipeline.stages import Prepared, TeacherResult, ensure_teacher, method_context, prepare
 
 METRICS_FILE = "metrics.json"
@@ -100,6 +100,7 @@ def run_trial(
         "steps": result.steps,
         "data_fingerprint": prepared.data.fingerprint,
         "strategy": dist.strategy,
+        "node_id": _node_id(),
         "world_size": dist.world_size,
         "teacher": spec.teacher.model,
     }
@@ -117,7 +118,19 @@ def run_trial(
         if verify:
             metrics["export_max_abs_diff"] = verify_export(student_path, expected, batch)
             lap("verify")
+        else:  # the caller verifies later in its own fresh process (a sweep's driver)
+            save_reference(output_dir / VERIFY_FILE, batch, expected)
         metrics["timings"] = timings
         output_dir.mkdir(parents=True, exist_ok=True)
         (output_dir / METRICS_FILE).write_text(json.dumps(metrics, indent=2, default=str))
     return TrialOutcome(metrics=metrics, student_path=student_path)
+
+
+def _node_id() -> str | None:
+    """The Ray node this trial ran on (None outside Ray): which machine, for cluster debugging."""
+    try:
+        import ray
+
+        return ray.get_runtime_context().get_node_id() if ray.is_initialized() else None
+    except ImportError:
+        return None

@@ -49,7 +49,7 @@ class RayReporter:
         return path if (path / loop.CHECKPOINT_FILE).is_file() else None
 
 
-def _distributed(resources: dict[str, Any]) -> loop.Distributed:
+def _distributed(resources: dict[str, Any], preset: dict[str, Any] | None) -> loop.Distributed:
     context = ray.train.get_context()
     world, rank = context.get_world_size(), context.get_world_rank()
     if resources["use_gpu"] and torch.cuda.is_available():
@@ -57,9 +57,6 @@ def _distributed(resources: dict[str, Any]) -> loop.Distributed:
         torch.cuda.set_device(device)
     else:
         device = torch.device("cpu")
-    preset = None
-    if resources["deepspeed"].get("preset"):
-        preset = json.loads(Path(resources["deepspeed"]["preset"]).read_text())
     strategy = resources["strategy"] if (world > 1 or resources["strategy"] == "deepspeed") else "none"
     return loop.Distributed(
         strategy=strategy, world_size=world, rank=rank, device=device,
@@ -72,33 +69,38 @@ def train_worker(config: dict[str, Any]) -> None:
     from pipeline.stages import Prepared, TeacherResult, prepare
     from pipeline.trial import run_trial
 
-    spec = spec_from_dict(config["spec"])
     trial = TrialSpec.from_dict(config["trial"])
     workdir, output_dir = Path(config["workdir"]), Path(config["output_dir"])
-    if config.get("threads"):
-        torch.set_num_threads(int(config["threads"]))
-    dist = _distributed(spec.resources.model_dump())
-    teacher = TeacherResult(Path(config["teacher"]["path"]), config["teacher"]["metrics"], True, config["teacher"]["key"]) if config.get("teacher") else None
-    prepared: Prepared = prepare(spec, workdir)
+    rank = ray.train.get_context().get_world_rank()
     try:
+        spec = spec_from_dict(config["spec"])
+        if config.get("threads"):
+            torch.set_num_threads(int(config["threads"]))
+        dist = _distributed(spec.resources.model_dump(), config.get("deepspeed_preset"))
+        teacher = None
+        if config.get("teacher"):
+            t = config["teacher"]
+            teacher = TeacherResult(Path(t["path"]), t["metrics"], True, t["key"])
+        prepared: Prepared = prepare(spec, workdir)
         outcome = run_trial(
             spec, trial.method, trial.params, trial.seed, workdir, output_dir,
             prepared=prepared, teacher=teacher, dist=dist, reporter=RayReporter(), log=lambda _: None,
+            verify=False,  # the sweep's driver verifies every export in one long-lived fresh process
         )
     except loop.TrainingDiverged as e:
         # Not retryable (it would diverge again): record it and end the trial normally.
-        if dist.is_main:
-            _write_outcome(output_dir, {"status": "failed", "error": str(e)})
+        if rank == 0:
+            write_outcome(output_dir, {"status": "failed", "error": str(e)})
         return
     except Exception as e:
-        if dist.is_main:
-            _write_outcome(output_dir, {"status": "failed", "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()})
+        if rank == 0:
+            write_outcome(output_dir, {"status": "failed", "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()})
         raise
-    if dist.is_main:
-        _write_outcome(output_dir, {"status": "finished", **outcome.metrics, "student_path": str(outcome.student_path)})
+    if rank == 0:
+        write_outcome(output_dir, {"status": "finished", **outcome.metrics, "student_path": str(outcome.student_path)})
 
 
-def _write_outcome(output_dir: Path, outcome: dict[str, Any]) -> None:
+def write_outcome(output_dir: Path, outcome: dict[str, Any]) -> None:
     output_dir.mkdir(parents=True, exist_ok=True)
     tmp = output_dir / f".{OUTCOME_FILE}.tmp"
     tmp.write_text(json.dumps(outcome, indent=2, default=str))

@@ -86,7 +86,7 @@ def test_params_reject_unknown_keys(name):
 def test_each_phase_step_trains_its_groups_only(name):
     method, teacher = make_method(name)
     teacher_before = {k: v.clone() for k, v in teacher.state_dict().items()}
-    model = method.build()
+    method.build()
     plan = method.phases(8)
     assert plan and all(p.steps >= 0 for p in plan)
     train = TrainConfig(batch_size=8, learning_rate=1e-3, warmup_ratio=0.0, max_grad_norm=1.0)

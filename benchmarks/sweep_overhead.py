@@ -1,0 +1,48 @@
+"""Seconds a sweep spends per trial outside the training loop (Ray, Tune, MLflow, export, verify).
+
+    .venv/bin/python benchmarks/sweep_overhead.py [--trials 6] [--workdir /tmp/drydock-overhead]
+
+Runs the smoke spec with `--trials` kd configurations (FIFO, one worker per trial, as many
+concurrent trials as the CPUs allow). The prepare and teacher stages are run first and cached,
+so the timed sweep measures the search stage as a re-run of a sweep sees it. Printed:
+wall time of `run_sweep`, the sum of the trials' training-loop seconds, and
+(wall - sum of training seconds) / trials. Target: under 10 s per trial on a 2-core machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import time
+from pathlib import Path
+
+from pipeline.config import load_spec
+from pipeline.stages import ensure_teacher, prepare
+from pipeline.sweep import max_concurrent, run_sweep
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--trials", type=int, default=6)
+    parser.add_argument("--workdir", type=Path, default=Path("/tmp/drydock-overhead"))
+    args = parser.parse_args()
+    alphas = [round(0.1 + 0.8 * i / max(1, args.trials - 1), 3) for i in range(args.trials)]
+    spec = load_spec(ROOT / "sweeps" / "smoke.yaml", [f"methods={{kd: {{alpha: {{grid: {alphas}}}}}}}", "search.scheduler=fifo"])
+    shutil.rmtree(args.workdir / spec.name, ignore_errors=True)
+    ensure_teacher(spec, prepare(spec, args.workdir), args.workdir, log=lambda _: None)
+
+    start = time.perf_counter()
+    frame = run_sweep(spec, args.workdir, log=lambda _: None)
+    wall = time.perf_counter() - start
+    finished = frame[frame["status"] == "finished"]
+    train = float(finished["train_seconds"].sum())
+    n = len(frame)
+    print(f"trials={n} finished={len(finished)} max_concurrent={max_concurrent(spec)}")
+    print(f"sweep wall {wall:.1f}s, training loops {train:.1f}s in total")
+    print(f"overhead per trial: {(wall - train) / n:.1f}s  (target < 10 s)")
+
+
+if __name__ == "__main__":
+    main()

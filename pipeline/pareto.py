@@ -1,0 +1,270 @@
+"""Selection: pure functions over the results table (no I/O, no MLflow, no timing).
+
+A *configuration* is a method plus every `params.*` value; its seeds are repetitions. One seed
+can be lucky, so every decision here is taken on the seed mean of a configuration, never on a
+single trial:
+
+- `aggregate` — one row per configuration: n, mean and std of the metric over seeds, mean
+  latency, speedup and size, and the best seed (whose export the registry gets). Only
+  *finished* trials count: a failed trial has no student, and a trial ASHA stopped was cut
+  short, so its metric says how fast it learned rather than where it ended.
+- `pareto_mask` / `select` — the Pareto front on (mean metric ↑, latency ↓) [, num_params ↓].
+  A configuration is on the front unless another is at least as good on every objective and
+  strictly better on one; exact ties are therefore all kept. A configuration without a latency
+  (not measured, or measuring failed) is not a candidate.
+- results.parquet's `pareto` column: True on every finished seed row of a Pareto
+  configuration, False on the other candidate rows, and **null where a row was not a candidate**
+  (failed or stopped trials, rows without a metric or latency) — "not on the front" and "never
+  considered" are different answers.
+- `paired_comparisons` — each method's best configuration against every other's, paired by
+  seed over the seeds they share (the seed fixes data order and initialisation, so pairing
+  removes that shared noise): mean difference and a percentile bootstrap 95% interval. With the
+  handful of seeds a sweep affords, the interval is rough; it is there to stop a 0.2-point
+  "win" from being read as one.
+- `choose_champion` — the best mean metric among candidates within the latency budget
+  (`selection.max_latency_ms`, `selection.min_speedup`); ties go to the faster configuration.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from pipeline.config import SelectionConfig
+
+PARAM_PREFIX = "params."
+
+
+# ----------------------------------------------------------------------------------------------
+# configurations
+# ----------------------------------------------------------------------------------------------
+
+
+def param_columns(frame: pd.DataFrame) -> list[str]:
+    return sorted(c for c in frame.columns if c.startswith(PARAM_PREFIX))
+
+
+def _plain(value: Any) -> Any:
+    """numpy scalars → Python, null → None: keys and tags must not depend on pandas dtypes."""
+    if value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)):
+        return None
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and value.is_integer():
+        return int(value)  # an int column turns float64 beside another method's nulls
+    return value
+
+
+def row_params(row: pd.Series) -> dict[str, Any]:
+    """A trial's parameters; a null column belongs to another method and is not one of them."""
+    out = {}
+    for column, value in row.items():
+        if str(column).startswith(PARAM_PREFIX):
+            plain = _plain(value)
+            if plain is not None:
+                out[str(column)[len(PARAM_PREFIX):]] = plain
+    return out
+
+
+def config_key(method: str, params: dict[str, Any]) -> str:
+    return json.dumps([method, params], sort_keys=True, default=str)
+
+
+def config_label(method: str, params: dict[str, Any]) -> str:
+    """Short and readable: `kd alpha=0.5 temperature=2`."""
+    shown = " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in sorted(params.items()))
+    return f"{method} {shown}".strip()
+
+
+def candidates(frame: pd.DataFrame) -> pd.Series:
+    """Rows that take part in selection: finished, with a metric."""
+    if not len(frame):
+        return pd.Series([], dtype=bool)
+    return (frame["status"].astype("string") == "finished").fillna(False).astype(bool) & frame["metric"].notna()
+
+
+def aggregate(frame: pd.DataFrame) -> pd.DataFrame:
+    """One row per configuration over its finished seeds (see the module docstring)."""
+    columns = ["config_key", "config", "method", "params", "n", "seeds", "metric_name", "metric_mean", "metric_std",
+               "retention_mean", "num_params", "num_params_encoder", "latency_ms", "latency_p90_ms", "speedup",
+               "best_trial_id", "best_seed", "best_metric", "best_student_path", "best_run_id"]
+    rows = frame[candidates(frame)].copy()
+    if not len(rows):
+        return pd.DataFrame(columns=columns)
+    params = [row_params(r) for _, r in rows.iterrows()]
+    rows["params"] = params
+    rows["config_key"] = [config_key(m, p) for m, p in zip(rows["method"].astype(str), params)]
+    out = []
+    for key, group in rows.groupby("config_key", sort=False):
+        best = group.loc[group["metric"].astype("float64").idxmax()]
+        metric = group["metric"].astype("float64")
+        out.append({
+            "config_key": key,
+            "config": config_label(str(best["method"]), best["params"]),
+            "method": str(best["method"]),
+            "params": best["params"],
+            "n": len(group),
+            "seeds": tuple(int(s) for s in group["seed"].dropna()),
+            "metric_name": _plain(best.get("metric_name")),
+            "metric_mean": float(metric.mean()),
+            "metric_std": float(metric.std(ddof=1)) if len(group) > 1 else math.nan,  # undefined for one seed
+            "retention_mean": _mean(group, "retention"),
+            "num_params": _mean(group, "num_params"),
+            "num_params_encoder": _mean(group, "num_params_encoder"),
+            "latency_ms": _mean(group, "latency_ms"),
+            "latency_p90_ms": _mean(group, "latency_p90_ms"),
+            "speedup": _mean(group, "speedup"),
+            "best_trial_id": str(best["trial_id"]),
+            "best_seed": _plain(best["seed"]),
+            "best_metric": float(best["metric"]),
+            "best_student_path": _plain(best.get("student_path")),
+            "best_run_id": _plain(best.get("mlflow_run_id")),
+        })
+    return pd.DataFrame(out, columns=columns)
+
+
+def _mean(group: pd.DataFrame, column: str) -> float:
+    """Mean of the seeds that have the value (CoFi's seeds prune to different sizes and speeds)."""
+    if column not in group:
+        return math.nan
+    values = pd.to_numeric(group[column], errors="coerce").astype("float64").dropna()
+    return float(values.mean()) if len(values) else math.nan
+
+
+# ----------------------------------------------------------------------------------------------
+# the Pareto front and the champion
+# ----------------------------------------------------------------------------------------------
+
+
+def pareto_mask(values: np.ndarray, maximize: list[bool]) -> np.ndarray:
+    """True for the non-dominated rows of `values` [n, k]; a row with a NaN is never on it."""
+    values = np.asarray(values, dtype=np.float64)
+    if values.ndim != 2 or values.shape[1] != len(maximize):
+        raise ValueError(f"values of shape {values.shape} do not match {len(maximize)} objectives")
+    cost = np.where(np.asarray(maximize), -values, values)  # minimise everything
+    valid = ~np.isnan(cost).any(axis=1)
+    mask = valid.copy()
+    for i in np.flatnonzero(valid):
+        others = cost[valid]
+        dominated = (others <= cost[i]).all(axis=1) & (others < cost[i]).any(axis=1)
+        mask[i] = not dominated.any()
+    return mask
+
+
+def objectives(selection: SelectionConfig) -> list[tuple[str, bool]]:
+    """(column of the aggregate, maximise?)."""
+    out = [("metric_mean", True), ("latency_ms", False)]
+    if selection.size_objective:
+        out.append(("num_params", False))
+    return out
+
+
+def within_budget(configs: pd.DataFrame, selection: SelectionConfig) -> pd.Series:
+    ok = configs["latency_ms"].notna()
+    if selection.max_latency_ms is not None:
+        ok &= configs["latency_ms"] <= selection.max_latency_ms
+    if selection.min_speedup is not None:
+        ok &= configs["speedup"].notna() & (configs["speedup"] >= selection.min_speedup)
+    return ok
+
+
+def choose_champion(configs: pd.DataFrame, selection: SelectionConfig) -> pd.Series | None:
+    """The best mean metric within the budget, ties to the faster; None if nothing qualifies."""
+    if not len(configs):
+        return None
+    eligible = configs[within_budget(configs, selection)]
+    if not len(eligible):
+        return None
+    return eligible.sort_values(["metric_mean", "latency_ms"], ascending=[False, True], kind="stable").iloc[0]
+
+
+@dataclass
+class Selection:
+    frame: pd.DataFrame  # the results table with `pareto` filled
+    configs: pd.DataFrame  # `aggregate` plus `pareto` and `champion` columns
+    champion: pd.Series | None
+    comparisons: pd.DataFrame
+
+    @property
+    def front(self) -> pd.DataFrame:
+        return self.configs[self.configs["pareto"]].sort_values("latency_ms", kind="stable")
+
+
+def select(frame: pd.DataFrame, selection: SelectionConfig, bootstrap_seed: int = 0) -> Selection:
+    """Aggregate, mark the front on configurations and on trial rows, pick the champion."""
+    configs = aggregate(frame)
+    wanted = objectives(selection)
+    configs["pareto"] = pareto_mask(configs[[c for c, _ in wanted]].to_numpy(dtype=np.float64), [m for _, m in wanted]) if len(configs) else []
+    configs["pareto"] = configs["pareto"].astype(bool)
+    champion = choose_champion(configs, selection)
+    configs["champion"] = configs["config_key"] == (champion["config_key"] if champion is not None else None)
+    return Selection(
+        frame=mark_pareto(frame, configs),
+        configs=configs,
+        champion=champion,
+        comparisons=paired_comparisons(frame, configs, seed=bootstrap_seed),
+    )
+
+
+def mark_pareto(frame: pd.DataFrame, configs: pd.DataFrame) -> pd.DataFrame:
+    """The `pareto` column of results.parquet (True / False / null: see the module docstring)."""
+    frame = frame.copy()
+    marks = pd.Series(pd.NA, index=frame.index, dtype="boolean")
+    eligible = candidates(frame) & frame["latency_ms"].notna() if len(frame) else candidates(frame)
+    if len(configs):
+        on_front = set(configs.loc[configs["pareto"], "config_key"])
+        keys = pd.Series({i: config_key(str(r["method"]), row_params(r)) for i, r in frame[eligible].iterrows()}, dtype=object)
+        marks.loc[keys.index] = keys.isin(on_front).to_numpy()
+    frame["pareto"] = marks
+    return frame
+
+
+# ----------------------------------------------------------------------------------------------
+# paired comparisons between methods
+# ----------------------------------------------------------------------------------------------
+
+
+def bootstrap_mean_ci(differences: np.ndarray, seed: int = 0, n_resamples: int = 9999, level: float = 0.95) -> tuple[float, float, float]:
+    """(mean, low, high) of paired differences; the interval is NaN for fewer than two pairs,
+    where resampling has nothing to vary."""
+    differences = np.asarray(differences, dtype=np.float64)
+    mean = float(differences.mean()) if len(differences) else math.nan
+    if len(differences) < 2:
+        return mean, math.nan, math.nan
+    result = stats.bootstrap(
+        (differences,), np.mean, n_resamples=n_resamples, confidence_level=level, method="percentile",
+        rng=np.random.default_rng(seed),
+    )
+    low, high = sorted((float(result.confidence_interval.low), float(result.confidence_interval.high)))
+    return mean, min(low, mean), max(high, mean)  # rounding can leave a constant's ends a hair off
+
+
+def paired_comparisons(frame: pd.DataFrame, configs: pd.DataFrame, seed: int = 0, n_resamples: int = 9999) -> pd.DataFrame:
+    """Every pair of methods, each by its best configuration (highest seed mean), better first."""
+    columns = ["method_a", "config_a", "method_b", "config_b", "n_pairs", "seeds", "mean_diff", "ci_low", "ci_high"]
+    if not len(configs):
+        return pd.DataFrame(columns=columns)
+    best = (configs.sort_values(["metric_mean", "latency_ms"], ascending=[False, True], kind="stable")
+            .drop_duplicates("method").reset_index(drop=True))
+    rows = frame[candidates(frame)]
+    keys = pd.Series([config_key(str(r["method"]), row_params(r)) for _, r in rows.iterrows()], index=rows.index, dtype=object)
+    by_seed = {
+        key: dict(zip(rows.loc[keys == key, "seed"].astype(int), rows.loc[keys == key, "metric"].astype("float64")))
+        for key in best["config_key"]
+    }
+    out = []
+    for i in range(len(best)):
+        for j in range(i + 1, len(best)):
+            a, b = best.iloc[i], best.iloc[j]
+            shared = sorted(set(by_seed[a["config_key"]]) & set(by_seed[b["config_key"]]))
+            diffs = np.array([by_seed[a["config_key"]][s] - by_seed[b["config_key"]][s] for s in shared])
+            mean, low, high = bootstrap_mean_ci(diffs, seed=seed, n_resamples=n_resamples)
+            out.append({"method_a": a["method"], "config_a": a["config"], "method_b": b["method"], "config_b": b["config"],
+                        "n_pairs": len(shared), "seeds": tuple(shared), "mean_diff": mean, "ci_low": low, "ci_high": high})
+    return pd.DataFrame(out, columns=columns)

@@ -1,0 +1,142 @@
+"""`drydock retrain SPEC`: the entry point for schedulers (cron, Kubernetes CronJob, Airflow).
+
+It answers one question cheaply — did anything that decides the result change since the last
+successful run? — by comparing fingerprints of the spec, the tokenized data and the teacher with
+those the last success recorded in `<workdir>/<name>/retrain.json`. Nothing changed: exit 0 in
+seconds and say so. Something changed: run the sweep (its stages reuse whatever is still valid:
+cached data, cached teacher), which measures, selects, registers, and moves `champion` only on
+improvement. A lock file per spec keeps two overlapping runs from both writing.
+
+Exit codes a scheduler can act on: 0 done or nothing to do; 2 bad spec or data (a person must
+fix something; retrying will not help); 1 the run failed or another run holds the lock.
+A one-line summary goes to stdout.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Callable
+
+from pipeline.config import SweepSpec, spec_to_dict
+from pipeline.errors import DrydockError
+
+STATE_FILE = "retrain.json"
+LOCK_FILE = ".retrain.lock"
+
+
+class Locked(RuntimeError):
+    """Another retrain of the same spec is running."""
+
+
+@contextmanager
+def spec_lock(sweep_dir: Path) -> Iterator[None]:
+    """An exclusive, non-blocking lock; the OS releases it if the process dies."""
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+    with open(sweep_dir / LOCK_FILE, "a+") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "another process"
+            raise Locked(f"another retrain of this spec is running ({holder})") from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"pid {os.getpid()} since {time.strftime('%Y-%m-%d %H:%M:%S')}")
+        handle.flush()
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def fingerprints(spec: SweepSpec, workdir: Path) -> dict[str, str]:
+    """What decides a sweep's outcome: the spec (minus where it runs), the data, the teacher."""
+    from pipeline.stages import prepare, teacher_key
+
+    settings = spec_to_dict(spec)
+    for where in ("resources", "tracking"):  # the same study run elsewhere is the same study
+        settings.pop(where, None)
+    prepared = prepare(spec, workdir)
+    return {
+        "spec": hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16],
+        "data": prepared.data.fingerprint,
+        "teacher": teacher_key(spec, prepared) if not spec.teacher.finetuned else f"given:{spec.teacher.finetuned}",
+    }
+
+
+def _read_state(sweep_dir: Path) -> dict[str, Any]:
+    path = sweep_dir / STATE_FILE
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def _write_state(sweep_dir: Path, state: dict[str, Any]) -> None:
+    tmp = sweep_dir / f".{STATE_FILE}.tmp"
+    tmp.write_text(json.dumps(state, indent=2))
+    os.replace(tmp, sweep_dir / STATE_FILE)
+
+
+def retrain(spec: SweepSpec, workdir: Path, *, address: str | None = None, log: Callable[[str], None] = print) -> tuple[str, dict[str, Any]]:
+    """Returns (what happened: "unchanged" | "retrained", details for the summary line)."""
+    from pipeline.sweep import run_sweep
+
+    workdir = workdir.resolve()
+    sweep_dir = workdir / spec.name
+    with spec_lock(sweep_dir):
+        current = fingerprints(spec, workdir)
+        last = _read_state(sweep_dir)
+        if last.get("fingerprints") == current:
+            return "unchanged", {"since": last.get("finished_at"), "champion": last.get("champion")}
+        changed = sorted(k for k in current if last.get("fingerprints", {}).get(k) != current[k])
+        log(f"retrain: {', '.join(changed)} changed since the last successful run; running the sweep")
+        frame = run_sweep(spec, workdir, address=address, log=log)
+        finished = frame[frame["status"] == "finished"] if len(frame) else frame
+        if not len(finished):
+            raise RuntimeError("no trial finished; nothing to select or register")
+        champion = _champion(spec, workdir)
+        _write_state(sweep_dir, {"fingerprints": current, "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S"), "champion": champion})
+        return "retrained", {"changed": changed, "trials": len(frame), "finished": len(finished), "champion": champion}
+
+
+def _champion(spec: SweepSpec, workdir: Path) -> str | None:
+    """`name@champion -> version N` as the registry now says, for the summary line."""
+    try:
+        from mlflow import MlflowClient
+
+        from pipeline.tracking import tracking_uri
+
+        client = MlflowClient(tracking_uri(spec, workdir))
+        version = client.get_model_version_by_alias(spec.registered_model_name, "champion")
+        return f"{spec.registered_model_name} v{version.version}"
+    except Exception:  # no registry entry yet (nothing selected) is not a failure of retrain
+        return None
+
+
+def summary_line(outcome: str, details: dict[str, Any], spec: SweepSpec) -> str:
+    if outcome == "unchanged":
+        return f"drydock retrain {spec.name}: nothing changed since {details.get('since')}; champion {details.get('champion') or 'none'}"
+    return (
+        f"drydock retrain {spec.name}: retrained ({', '.join(details['changed'])} changed); "
+        f"{details['finished']}/{details['trials']} trials finished; champion {details.get('champion') or 'none'}"
+    )
+
+
+def run_cli(spec: SweepSpec, workdir: Path, address: str | None) -> int:
+    try:
+        outcome, details = retrain(spec, workdir, address=address)
+    except DrydockError:
+        raise  # exit 2, printed by the CLI
+    except Locked as e:
+        print(f"drydock retrain {spec.name}: skipped: {e}")
+        return 1
+    except Exception as e:
+        print(f"drydock retrain {spec.name}: failed: {type(e).__name__}: {e}")
+        return 1
+    print(summary_line(outcome, details, spec))
+    return 0

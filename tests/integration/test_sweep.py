@@ -1,0 +1,123 @@
+"""`drydock sweep` on a real local Ray, MLflow on SQLite and DeepSpeed on the CPU.
+
+Each sweep costs Ray Train's start-up (~10-20 s per trial here), so the tests share one Ray
+instance and keep to a handful of tiny trials.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from mlflow import MlflowClient
+
+from pipeline import results as results_table
+from pipeline.config import load_spec
+
+ROOT = Path(__file__).resolve().parents[2]
+SMOKE = ROOT / "sweeps" / "smoke.yaml"
+pytestmark = pytest.mark.ray
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    """One work directory for the module: the tokenized data and the teacher are made once."""
+    return tmp_path_factory.mktemp("sweeps")
+
+
+@pytest.fixture(scope="module")
+def ray_local():
+    import ray
+
+    from pipeline.sweep import init_ray
+
+    init_ray(None, use_gpu=False)
+    yield
+    ray.shutdown()
+
+
+def child_runs(workdir: Path, experiment: str):
+    client = MlflowClient(f"sqlite:///{workdir / 'mlflow.db'}")
+    exp = client.get_experiment_by_name(experiment)
+    runs = client.search_runs([exp.experiment_id], max_results=1000)
+    parents = [r for r in runs if r.data.tags.get("drydock.role") == "sweep"]
+    children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+    return parents, children
+
+
+def test_smoke_sweep_with_asha_records_every_trial_and_isolates_a_failure(ray_local, workdir):
+    from pipeline.sweep import run_sweep
+
+    tmp_path = workdir
+    spec = load_spec(SMOKE, [
+        "methods.finetune.num_layers={grid: [2, 9]}",  # 9 > the teacher's 4 layers: that trial raises
+        "search.max_failures=0",
+    ])
+    frame = run_sweep(spec, tmp_path)
+    results = pd.read_parquet(tmp_path / "smoke" / "results.parquet")
+    assert list(results.columns) == results_table.ordered_columns(list(results.columns))
+    for column in ["trial_id", "method", "seed", "status", "error", "metric_name", "metric", "teacher_metric", "retention",
+                   "num_params", "num_params_encoder", "latency_ms", "latency_p90_ms", "speedup", "train_seconds", "steps",
+                   "pareto", "student_path", "mlflow_run_id", "params.alpha", "params.num_layers", "metrics.accuracy"]:
+        assert column in results.columns, column
+    assert len(results) == 4 and results["trial_id"].is_unique
+    failed = results[results["status"] == "failed"]
+    assert len(failed) == 1 and failed.iloc[0]["params.num_layers"] == 9
+    assert "do not fit a 4-layer teacher" in failed.iloc[0]["error"]
+    done = results[results["status"] != "failed"]
+    assert set(done["status"]) <= {"finished", "stopped"} and (done["status"] == "finished").any()
+    finished = done[done["status"] == "finished"]
+    assert finished["metric"].between(0, 1).all() and finished["num_params_encoder"].gt(0).all()
+    assert all(Path(p, "config.json").is_file() for p in finished["student_path"])
+    assert results["latency_ms"].isna().all() and results["pareto"].isna().all()  # filled by the select stage
+
+    parents, children = child_runs(tmp_path, "smoke")
+    assert len(parents) == 1 and parents[0].info.status == "FINISHED"
+    assert parents[0].data.metrics["teacher/accuracy"] > 0
+    assert len(children) == 4
+    assert {c.data.tags["mlflow.parentRunId"] for c in children} == {parents[0].info.run_id}
+    assert {c.info.run_id for c in children} == set(results["mlflow_run_id"])
+    assert all(c.info.status in ("FINISHED", "FAILED") for c in children)
+    by_id = {c.info.run_id: c for c in children}
+    for _, row in finished.iterrows():
+        run = by_id[row["mlflow_run_id"]]
+        assert run.data.metrics["final/accuracy"] == pytest.approx(row["metric"])
+        assert run.data.params["method"] == row["method"]
+        history = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}").get_metric_history(run.info.run_id, "eval/accuracy")
+        assert len(history) >= 1
+    assert len(frame) == 4
+
+
+def test_deepspeed_zero2_trial_with_two_workers_finishes_on_cpu(ray_local, workdir):
+    """ZeRO 1/2 x 1/2 processes are covered without Ray in test_distributed_loop.py."""
+    from pipeline.sweep import run_sweep
+
+    spec = load_spec(SMOKE, [
+        "name=smoke-ds", "tracking.experiment=smoke-ds", "methods={kd: {alpha: 0.5}}", "search.scheduler=fifo",
+        "resources.strategy=deepspeed", "resources.workers_per_trial=2", "resources.deepspeed.zero_stage=2",
+        "resources.deepspeed.preset=cluster/deepspeed/zero2.json", "train.epochs=1",
+    ])
+    cwd = os.getcwd()
+    os.chdir(ROOT)  # the preset path is relative to where drydock runs
+    try:
+        frame = run_sweep(spec, workdir)
+    finally:
+        os.chdir(cwd)
+    assert list(frame["status"]) == ["finished"], frame["error"].tolist()
+    outcome = json.loads(Path(frame.iloc[0]["student_path"]).parent.joinpath("outcome.json").read_text())
+    assert outcome["strategy"] == "deepspeed" and outcome["world_size"] == 2
+    _, (child,) = child_runs(workdir, "smoke-ds")
+    assert child.data.metrics["export_max_abs_diff"] <= 1e-4  # verified by the driver's fresh process
+
+
+def test_a_bad_deepspeed_preset_fails_before_any_work(workdir):
+    from pipeline.errors import DrydockError
+    from pipeline.sweep import run_sweep
+
+    spec = load_spec(SMOKE, ["name=smoke-bad", "resources.strategy=deepspeed", "resources.deepspeed.preset=/nowhere/ds.json"])
+    with pytest.raises(DrydockError, match="resources.deepspeed.preset: /nowhere/ds.json is not a file"):
+        run_sweep(spec, workdir)
+    assert not (workdir / "smoke-bad").exists()
