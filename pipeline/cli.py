@@ -5,6 +5,9 @@
     drydock train SPEC --method NAME --output DIR   run one configuration in-process
     drydock sweep SPEC [--workdir DIR] [--resume] [--address ADDR]   the whole search on Ray
     drydock retrain SPEC [--workdir DIR] [--address ADDR]           for schedulers: only when inputs changed
+    drydock report WORKDIR/SWEEP                    rebuild report.md/html and pareto.png from results
+    drydock registry list NAME / drydock promote NAME VERSION       the MLflow registry and its champion
+    drydock eval MODEL SPEC [--split dev|test]      score a student folder or models:/NAME@champion
 
 A user mistake (bad spec, missing data, unknown label) prints one line per problem and exits 2,
 with no traceback; exit 1 means the run itself failed.
@@ -17,6 +20,7 @@ import os
 import sys
 from pathlib import Path
 
+from pipeline import cli_select
 from pipeline.errors import DrydockError
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -54,6 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_spec_args(p)
     p.add_argument("--workdir", type=Path, default=Path("runs"), help="work directory (default: runs/)")
     p.add_argument("--address", default=None, help="Ray cluster address (default: RAY_ADDRESS or a local instance)")
+    cli_select.add_commands(sub)
     return parser
 
 
@@ -70,8 +75,12 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
     spec = load_spec(args.spec, args.overrides)
     frame = run_sweep(spec, args.workdir, resume=args.resume, address=args.address)
+    from pipeline.report import PARETO_PNG, REPORT_MD, pareto_table_text
+
     print(summary_table(frame))
-    print(f"results: {(args.workdir / spec.name / 'results.parquet')}")
+    print(pareto_table_text(frame, spec.selection))
+    sweep_dir = args.workdir / spec.name
+    print(f"results: {sweep_dir / 'results.parquet'}\nreport:  {sweep_dir / REPORT_MD}\nplot:    {sweep_dir / PARETO_PNG}")
     failed = int((frame["status"] == "failed").sum()) if len(frame) else 0
     if failed:
         print(f"{failed} trial(s) failed; see the error column", file=sys.stderr)
@@ -122,7 +131,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-COMMANDS = {"validate": cmd_validate, "methods": cmd_methods, "train": cmd_train, "sweep": cmd_sweep, "retrain": cmd_retrain}
+COMMANDS = {"validate": cmd_validate, "methods": cmd_methods, "train": cmd_train, "sweep": cmd_sweep, "retrain": cmd_retrain, **cli_select.COMMANDS}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -97,7 +97,7 @@ def init_ray(address: str | None, use_gpu: bool) -> None:
         # its State API, Train's placement-group cleaner cannot free the workers of trials that
         # ASHA stops, and later trials time out waiting for them (STACK-NOTES F1).
         temp_dir = os.environ.get("DRYDOCK_RAY_TMPDIR")  # a short path: Ray's sockets live under it
-        ray.init(num_cpus=os.cpu_count(), object_store_memory=256 * 2**20, include_dashboard=None,
+        ray.init(address="local", num_cpus=os.cpu_count(), object_store_memory=256 * 2**20, include_dashboard=None,
                  **({"_temp_dir": temp_dir} if temp_dir else {}), **common)
 
 
@@ -339,11 +339,12 @@ def run_sweep(
     t0 = time.time()
     prepared = prepare(spec, workdir)
     log(f"prepare: {prepared.data.num_train} training examples, fingerprint {prepared.data.fingerprint} ({time.time() - t0:.1f}s)")
-    needs_teacher = any(_needs_teacher(t) for t in trials)
-    teacher = ensure_teacher(spec, prepared, workdir, log=log) if needs_teacher else None
+    # The teacher is needed even when no method distils from it: retention and speedup are
+    # measured against it.
+    teacher = ensure_teacher(spec, prepared, workdir, log=log)
     metric_name = prepared.data.task.primary_metric
     metric_key = f"eval/{metric_name}"
-    teacher_metric = teacher.metrics.get(metric_key) if teacher else None
+    teacher_metric = teacher.metrics.get(metric_key)
 
     tracker = SweepTracker(spec, workdir)
     if resuming and state.get("parent_run_id"):
@@ -412,6 +413,10 @@ def run_sweep(
                 ),
             )
         tuner.fit()
+        callback.close()  # the verifier is not needed while measuring latency
+        from pipeline.select import select_stage
+
+        select_stage(spec, workdir, sweep_dir, tracker, teacher.path, log)
         status = "FINISHED"
     finally:
         callback.close()
@@ -439,13 +444,6 @@ def load_deepspeed_preset(spec: SweepSpec) -> dict[str, Any] | None:
     if stage is not None and stage != ds.zero_stage:
         raise DrydockError(f"resources.deepspeed.preset: {path} sets ZeRO stage {stage}, but resources.deepspeed.zero_stage is {ds.zero_stage}")
     return preset
-
-
-def _needs_teacher(trial: TrialSpec) -> bool:
-    from methods import get_method
-
-    cls = get_method(trial.method)
-    return cls.needs_teacher(cls.Params.model_validate(trial.params))
 
 
 def summary_table(frame) -> str:

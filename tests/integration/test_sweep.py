@@ -72,7 +72,19 @@ def test_smoke_sweep_with_asha_records_every_trial_and_isolates_a_failure(ray_lo
     finished = done[done["status"] == "finished"]
     assert finished["metric"].between(0, 1).all() and finished["num_params_encoder"].gt(0).all()
     assert all(Path(p, "config.json").is_file() for p in finished["student_path"])
-    assert results["latency_ms"].isna().all() and results["pareto"].isna().all()  # filled by the select stage
+    # measure and select: latency and speedup for every finished trial, the front marked,
+    # report files written, the front registered and a champion alias set
+    assert finished["latency_ms"].gt(0).all() and finished["speedup"].gt(0).all()
+    assert (finished["latency_p90_ms"] >= finished["latency_ms"]).all()
+    assert finished["pareto"].notna().all() and finished["pareto"].any()
+    assert results.loc[results["status"] == "failed", "pareto"].isna().all()
+    for name in ("report.md", "report.html", "pareto.png"):
+        assert (tmp_path / "smoke" / name).stat().st_size > 0
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    versions = client.search_model_versions("name='smoke-student'")
+    assert len(versions) == len(set(finished.loc[finished["pareto"].astype(bool), "trial_id"]))
+    champion = client.get_model_version_by_alias("smoke-student", "champion")
+    assert champion.version in {v.version for v in versions}
 
     parents, children = child_runs(tmp_path, "smoke")
     assert len(parents) == 1 and parents[0].info.status == "FINISHED"
