@@ -190,6 +190,12 @@ def _number(v: Any) -> float:
 # ----------------------------------------------------------------------------------------------
 
 
+def _stand_in_callback():
+    from ray import tune
+
+    return tune.Callback()
+
+
 def make_callback(spec: SweepSpec, paths: SweepPaths, tracker, metric_name: str, teacher_metric: float | None, log: Callable[[str], None]):
     from ray import tune
 
@@ -200,6 +206,11 @@ def make_callback(spec: SweepSpec, paths: SweepPaths, tracker, metric_name: str,
             self.last: dict[str, dict[str, Any]] = {}
             self.started: dict[str, float] = {}
             self.verifier = None
+
+        def __reduce__(self):
+            # Tune pickles its callbacks into tuner.pkl; ours holds live clients and processes
+            # and is attached again on restore, so only a stand-in is stored.
+            return (_stand_in_callback, ())
 
         def _trial(self, trial) -> TrialSpec:
             return TrialSpec.from_dict(trial.config["trial"])

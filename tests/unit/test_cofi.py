@@ -25,14 +25,6 @@ from tests.conftest import make_batch, make_tiny_bert
 INPUT_KEYS = ("input_ids", "attention_mask", "token_type_ids")
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny tensors: one thread is faster than two fighting over a shared CPU."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
 
 def make_cofi(task: str = "tiny", **params) -> CoFi:
     teacher = make_tiny_bert(num_layers=4, seed=1)

@@ -22,14 +22,6 @@ from methods._l0 import (
 )
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny tensors: one thread is faster than two fighting over a shared CPU."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
 
 # P(z = 0) = sigmoid(β·log(1/11) − log α) and P(z = 1) = 1 − sigmoid(β·log(11) − log α), β = 2/3:
 # the unstretched value must fall below 1/12 or above 11/12 of the stretched interval (−0.1, 1.1).

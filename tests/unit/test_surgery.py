@@ -22,14 +22,6 @@ from tests.conftest import make_batch, make_tiny_bert
 INPUT_KEYS = ("input_ids", "attention_mask", "token_type_ids")
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny tensors: one thread is faster than two fighting over a shared CPU."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
 
 def _inputs(seed: int = 0) -> dict[str, torch.Tensor]:
     return {k: v for k, v in make_batch(batch_size=4, seq_len=12, seed=seed).items() if k in INPUT_KEYS}
