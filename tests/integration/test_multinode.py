@@ -33,7 +33,7 @@ def test_sweep_on_a_two_node_cluster_survives_losing_a_node(tmp_path):
     cluster.wait_for_nodes()
     spec = load_spec(ROOT / "sweeps" / "smoke.yaml", [
         "name=multinode", "methods={kd: {alpha: {grid: [0.2, 0.4, 0.6, 0.8]}}}", "search.scheduler=fifo",
-        "search.max_failures=2", "train.epochs=3",
+        "search.max_failures=2", "train.epochs=2",
     ])
     trials_root = tmp_path / "multinode" / "runs"
     killed: dict[str, str] = {}
@@ -58,8 +58,11 @@ def test_sweep_on_a_two_node_cluster_survives_losing_a_node(tmp_path):
         cluster.shutdown()
     assert killed, "no trial ran on node B (the second worker node)"
     assert len(frame) == 4 and set(frame["status"]) == {"finished"}, frame[["trial_id", "status", "error"]].to_dict("records")
+    # node B ran a trial to the end (the killer saw its outcome); the survivors ran on node A.
+    # A trial whose driver died with node B may have been re-run there, so its outcome can now
+    # name node A: only "A is among the final nodes" is certain.
     outcomes = [json.loads(p.read_text()) for p in trials_root.glob("*/trials/*/outcome.json")]
     nodes = {o["node_id"] for o in outcomes}
-    assert nodes == {node_a.node_id, node_b.node_id}
+    assert node_a.node_id in nodes and nodes <= {node_a.node_id, node_b.node_id}
     # every student sits in the shared work directory, where the driver verified and read it
     assert all(Path(p, "config.json").is_file() for p in frame["student_path"])

@@ -38,6 +38,9 @@ def test_retrain_does_the_work_once_and_again_after_the_data_changes(tmp_path, g
         "tracking": {"experiment": "retrain", "registered_model": "retrain-student"},
     })
     spec["teacher"]["tokenizer"] = {"vocab_size": 300}
+    spec["teacher"]["finetune"]["epochs"] = 1
+    spec["train"]["epochs"] = 1
+    spec["selection"]["latency"].update({"min_runs": 3, "min_seconds": 0.2})
     spec_file = tmp_path / "retrain.yaml"
     spec_file.write_text("# drydock retrain retrain.yaml\n" + yaml.safe_dump(spec))
     workdir = tmp_path / "w"
