@@ -22,7 +22,7 @@ $(STAMP): pyproject.toml Makefile
 	touch $(STAMP)
 
 test: setup
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest --durations=10 $(PYTEST_ARGS)
 
 # SST-2 for the demo: the shared GLUE copy when it is there, else the hub.
 SHARED_GLUE := $(abspath ../shared/data/glue)
