@@ -128,7 +128,7 @@ def count_parameters(model: nn.Module) -> tuple[int, int]:
     total = sum(p.numel() for p in model.parameters())
     embeddings = 0
     for name, module in model.named_modules():
-        if name.endswith("embeddings") and not any(name.startswith(o + ".") for o in ()):
+        if name.endswith("embeddings"):
             embeddings = sum(p.numel() for p in module.parameters())
             break
     return total, total - embeddings

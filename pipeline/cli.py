@@ -113,11 +113,10 @@ def cmd_train(args: argparse.Namespace) -> int:
     from pipeline.trial import resolve_params, run_trial
 
     spec = load_spec(args.spec, args.overrides)
-    if args.method not in spec.methods and args.method != "finetune":
-        from methods import registered_methods
+    from methods import registered_methods
 
-        if args.method not in registered_methods():
-            raise DrydockError(f"--method: unknown method {args.method!r} (registered: {', '.join(registered_methods())})")
+    if args.method not in registered_methods():
+        raise DrydockError(f"--method: unknown method {args.method!r} (registered: {', '.join(registered_methods())})")
     params = resolve_params(spec, args.method)
     workdir = args.workdir or Path("runs")
     seed = spec.seeds[0] if args.seed is None else args.seed
