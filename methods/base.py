@@ -42,6 +42,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, ClassVar, Literal
 
 import torch
@@ -87,6 +88,11 @@ class MethodContext:
     steps_per_epoch: int = 1  # optimizer steps per epoch of the labeled training set
     unlabeled_steps_per_epoch: int = 0  # the same for the unlabeled set, when one was requested
     seed: int = 0
+    # Where a method may keep work shared by the trials of a sweep (MiniLM's distilled student),
+    # and what those trials have in common (the teacher's cache key: task, teacher, data and its
+    # settings). None outside a workdir: nothing is shared.
+    cache_dir: Path | None = None
+    cache_scope: str = ""
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,13 @@ the distillation code (only checkpoints), so the loss follows the papers' equati
   optimizer steps than `train.max_steps` by the distillation steps.
   Distillation uses `distill_learning_rate` (default: the learning rate), fine-tuning
   `learning_rate` (default: train.learning_rate).
+- `share_distillation: true` distils once and fine-tunes many times, as the paper does: the
+  first trial with a given distillation (same teacher, data, unlabeled text, student shape and
+  distillation parameters; not the seed, nor the fine-tuning rate or epochs) saves its distilled
+  student in `<workdir>/cache/methods/minilm-<key>/`; every later trial loads it and keeps the
+  distillation phases with no steps. A trial that finds another distilling waits for it (a file
+  lock) instead of distilling the same student again; under DDP rank 0 decides for all ranks.
+  The distilled student then carries the first trial's seed: seeds vary only the fine-tuning.
 - Unlabeled text: the task's training split (a seeded subsample of `unlabeled_samples` texts
   when set; `max_train_samples` does not apply) plus every line of `unlabeled_files`; the loop
   streams it without labels.
@@ -51,8 +58,13 @@ student starts); the query–query/key–key terms are added to v1's instead of 
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
+import json
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import torch
 from pydantic import Field
@@ -157,6 +169,11 @@ class MiniLMParams(MethodParams):
     )
     unlabeled_files: list[str] = Field(default=[], description="extra text files for distillation, one text per line")
     distill_learning_rate: float | None = Field(default=None, gt=0, description="default: learning_rate")
+    share_distillation: bool = Field(
+        default=False,
+        description="distil once per distillation setting and reuse the distilled student in every trial of the workdir "
+        "with the same teacher, data and distillation parameters (then only fine-tuning depends on the seed)",
+    )
     learning_rate: float | None = Field(default=None, gt=0, description="default: train.learning_rate")
 
 
@@ -169,6 +186,8 @@ class MiniLM(Method):
     model: nn.ModuleDict  # "student", and "assistant" with teacher_assistant
     relation_heads: int
     relations: tuple[str, ...]
+    distilled: Path | None = None  # the shared distilled student this trial loaded (share_distillation)
+    _share_lock: int | None = None  # fd of the lock held while this trial distils for the others
 
     def unlabeled(self) -> UnlabeledRequest:
         return UnlabeledRequest(max_samples=self.params.unlabeled_samples, files=tuple(self.params.unlabeled_files))
@@ -208,26 +227,96 @@ class MiniLM(Method):
         if p.query_key_relations:
             self.relations += ("query_relation", "key_relation")
         self.model = nn.ModuleDict(modules)
+        if p.share_distillation:
+            self._reuse_or_claim_distillation()
         return self.model
+
+    # --- shared distillation ------------------------------------------------------------------
+
+    def _distillation_key(self) -> str:
+        """Everything the distilled student depends on, and nothing the fine-tuning does: not the
+        seed, the fine-tuning learning rate or epochs (the paper's one distillation, fine-tuned
+        per task and seed)."""
+        p, ctx = self.params, self.ctx
+        distill = p.model_dump(
+            mode="json",
+            include={"num_layers", "layers", "hidden_size", "num_heads", "intermediate_size", "relation_heads",
+                     "query_key_relations", "teacher_assistant", "distill_epochs", "assistant_epochs",
+                     "unlabeled_samples", "unlabeled_files", "distill_learning_rate"},
+        )
+        if p.distill_learning_rate is None:
+            distill["distill_learning_rate"] = p.learning_rate or ctx.learning_rate
+        files = [(f, os.path.getsize(f), os.path.getmtime(f)) for f in p.unlabeled_files]
+        blob = {
+            "scope": ctx.cache_scope, "params": distill, "files": files, "student": ctx.student.__dict__,
+            "steps_per_epoch": ctx.unlabeled_steps_per_epoch, "weight_decay": ctx.weight_decay,
+            "warmup_ratio": ctx.warmup_ratio,
+        }
+        return hashlib.sha256(json.dumps(blob, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+    def _reuse_or_claim_distillation(self) -> None:
+        """Load the shared distilled student, or take the lock and distil it for the trials that
+        follow. A trial that finds another distilling waits for it rather than distilling the same
+        student again. Under DDP rank 0 decides and the others follow its decision, so every rank
+        runs the same phase plan."""
+        if self.ctx.cache_dir is None:
+            return
+        import torch.distributed as dist
+
+        distributed = dist.is_available() and dist.is_initialized()
+        main = not distributed or dist.get_rank() == 0
+        folder = self.ctx.cache_dir / f"minilm-{self._distillation_key()}"
+        state_file = folder / "student.pt"
+        found = [None]
+        if main:
+            folder.mkdir(parents=True, exist_ok=True)
+            if not state_file.exists():
+                fd = os.open(folder / "lock", os.O_CREAT | os.O_RDWR)
+                fcntl.flock(fd, fcntl.LOCK_EX)  # blocks while another trial distils
+                if state_file.exists():
+                    os.close(fd)
+                else:
+                    self._share_lock = fd
+            found = [str(state_file) if state_file.exists() else None]
+        if distributed:
+            dist.broadcast_object_list(found, src=0)
+        if found[0] is not None:
+            self.model["student"].load_state_dict(torch.load(found[0], map_location="cpu", weights_only=True))
+            self.distilled = Path(found[0])
+
+    def _publish_distillation(self) -> None:
+        if self._share_lock is None or self.ctx.cache_dir is None:
+            return
+        folder = self.ctx.cache_dir / f"minilm-{self._distillation_key()}"
+        tmp = folder / f"student.pt.{os.getpid()}.tmp"
+        torch.save(self.model["student"].state_dict(), tmp)
+        os.replace(tmp, folder / "student.pt")
+        fcntl.flock(self._share_lock, fcntl.LOCK_UN)
+        os.close(self._share_lock)
+        self._share_lock = None
 
     def phases(self, total_steps: int) -> list[Phase]:
         per_epoch = self.ctx.unlabeled_steps_per_epoch
         if per_epoch <= 0:
             raise ValueError("minilm distils on unlabeled text, but the loop was given no unlabeled set")
         p = self.params
+        # A shared distillation already done leaves its phases in the plan with no steps, so a
+        # resumed trial finds its phases where its checkpoint says they were.
+        reused = self.distilled is not None
         plan = []
         if p.teacher_assistant:
-            steps = epochs_to_steps(p.assistant_epochs or p.distill_epochs, per_epoch)
+            steps = 0 if reused else epochs_to_steps(p.assistant_epochs or p.distill_epochs, per_epoch)
             plan.append(Phase("assistant_distill", steps, ("assistant",), data="unlabeled", evaluate=False, select=False))
-        plan.append(
-            Phase("distill", epochs_to_steps(p.distill_epochs, per_epoch), ("student",), data="unlabeled", evaluate=False, select=False)
-        )
+        steps = 0 if reused else epochs_to_steps(p.distill_epochs, per_epoch)
+        plan.append(Phase("distill", steps, ("student",), data="unlabeled", evaluate=False, select=False))
         finetune_steps = total_steps if p.finetune_epochs is None else epochs_to_steps(p.finetune_epochs, self.ctx.steps_per_epoch)
         plan.append(Phase("finetune", finetune_steps, ("student",)))
         return plan
 
     def start_phase(self, phase: Phase) -> None:
-        if phase.name == "distill" and "assistant" in self.model:
+        if phase.name == "finetune":
+            self._publish_distillation()
+        if phase.name == "distill" and "assistant" in self.model and self.distilled is None:
             student = self.model["student"]
             start = student_from_layers(self.model["assistant"], list(range(num_layers(student))))
             student.load_state_dict(start.state_dict())

@@ -487,6 +487,8 @@ def run(
     for phase_index in range(start_phase, len(plan)):
         phase = plan[phase_index]
         method.start_phase(phase)
+        if phase.steps == 0:  # e.g. MiniLM's distillation when another trial already did it
+            continue
         resuming_mid_phase = saved is not None and saved["phase_step"] > 0
         if resuming_mid_phase:  # before param_groups: the state may change the module's shapes
             method.load_state_dict(saved["method"])

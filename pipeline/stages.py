@@ -91,7 +91,15 @@ def prepare(spec: SweepSpec, workdir: Path) -> Prepared:
     return Prepared(tokenizer=tokenizer, data=data, task=task_info(data))
 
 
-def method_context(spec: SweepSpec, prepared: Prepared, teacher: PreTrainedModel | None, seed: int, learning_rate: float | None = None) -> MethodContext:
+def method_context(
+    spec: SweepSpec,
+    prepared: Prepared,
+    teacher: PreTrainedModel | None,
+    seed: int,
+    learning_rate: float | None = None,
+    cache_dir: Path | None = None,
+    cache_scope: str = "",
+) -> MethodContext:
     s = spec.student
     return MethodContext(
         task=prepared.task,
@@ -108,6 +116,8 @@ def method_context(spec: SweepSpec, prepared: Prepared, teacher: PreTrainedModel
         weight_decay=spec.train.weight_decay,
         warmup_ratio=spec.train.warmup_ratio,
         seed=seed,
+        cache_dir=cache_dir,
+        cache_scope=cache_scope,
     )
 
 

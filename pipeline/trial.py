@@ -72,7 +72,10 @@ def run_trial(
         teacher_model = teacher.load()
     lap("teacher")
     lr = getattr(typed, "learning_rate", None)
-    ctx = method_context(spec, prepared, teacher_model, seed, learning_rate=lr)
+    ctx = method_context(
+        spec, prepared, teacher_model, seed, learning_rate=lr,
+        cache_dir=workdir / "cache" / "methods", cache_scope=teacher.key if teacher else prepared.data.fingerprint,
+    )
     method = method_cls(typed, ctx)
 
     unlabeled = None

@@ -305,3 +305,68 @@ def test_params_reject_what_cannot_be_run():
         MiniLMParams.model_validate({"distill_epochs": 0})
     with pytest.raises(ValidationError):
         MiniLMParams.model_validate({"relation_heads": 0})
+
+
+# --------------------------------------------------------------------------------------------
+# shared distillation: distilled once, fine-tuned per seed
+# --------------------------------------------------------------------------------------------
+
+
+def _distil_and_finetune(cache_dir, seed: int, **params):
+    from pipeline import loop
+    from pipeline.config import TrainConfig
+    from tests.contract.test_method_contract import _Task, tiny_dataset
+
+    teacher = make_tiny_bert(num_layers=4, seed=1)
+    for p in teacher.parameters():
+        p.requires_grad_(False)
+    ctx = MethodContext(
+        task=TaskInfo("t", 2, False), teacher=teacher, load_pretrained=make_tiny_bert, student=StudentDefaults(num_layers=2),
+        learning_rate=1e-3, seed=seed, cache_dir=cache_dir, cache_scope="teacher-key",
+    )
+    method = MiniLM(MiniLMParams(**{"share_distillation": True, "distill_epochs": 1.0, **params}), ctx)
+    train = TrainConfig(max_steps=2, batch_size=8, learning_rate=1e-3, eval_every=2, warmup_ratio=0.0, progress_bar=False)
+    result = loop.run(method, train_set=tiny_dataset(), dev={"dev": tiny_dataset(16, seed=1)}, task=_Task(), train=train,
+                      seed=seed, unlabeled_set=tiny_dataset(24, seed=2))
+    return method, result
+
+
+def test_shared_distillation_runs_once_and_later_trials_fine_tune_from_it(tmp_path):
+    first, result = _distil_and_finetune(tmp_path, seed=0)
+    assert first.distilled is None and result.steps == 3 + 2  # 24 texts / batch 8 = 3 distill steps, then 2 fine-tuning
+    (folder,) = list(tmp_path.glob("minilm-*"))
+    distilled = torch.load(folder / "student.pt", weights_only=True)
+
+    # another seed and another fine-tuning learning rate (the distillation rate, 1e-3, given
+    # explicitly now, is the same) reuse it: no distillation steps, and the student it fine-tunes
+    # starts from exactly the distilled weights
+    seen = {}
+    original = MiniLM.start_phase
+
+    def spy(self, phase):
+        if phase.name == "finetune":
+            seen["start"] = {k: v.clone() for k, v in self.model["student"].state_dict().items()}
+        original(self, phase)
+
+    MiniLM.start_phase = spy
+    try:
+        second, result = _distil_and_finetune(tmp_path, seed=1, learning_rate=3e-4, distill_learning_rate=1e-3)
+    finally:
+        MiniLM.start_phase = original
+    assert second.distilled == folder / "student.pt" and result.steps == 2
+    assert [(p.name, p.steps) for p in second.phases(2)] == [("distill", 0), ("finetune", 2)]
+    assert all(torch.equal(seen["start"][k], v) for k, v in distilled.items())
+
+    # a different distillation setting is a different distilled student
+    third, result = _distil_and_finetune(tmp_path, seed=0, distill_epochs=2.0)
+    assert third.distilled is None and result.steps == 6 + 2
+    assert len(list(tmp_path.glob("minilm-*/student.pt"))) == 2
+
+
+def test_shared_distillation_is_off_by_default_and_without_a_cache(tmp_path):
+    method, _ = make_minilm({"share_distillation": True}, steps_per_epoch=4, unlabeled_steps_per_epoch=5)
+    method.build()  # no cache_dir: nothing shared, distils as usual
+    assert method.distilled is None and [p.steps for p in method.phases(8)] == [5, 8]
+    method, _ = make_minilm({}, steps_per_epoch=4, unlabeled_steps_per_epoch=5, cache_dir=tmp_path)
+    method.build()
+    assert method.distilled is None and not list(tmp_path.iterdir())
