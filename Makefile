@@ -21,8 +21,12 @@ $(STAMP): pyproject.toml Makefile
 	DS_ACCELERATOR=cpu $(BIN)/python -c "from deepspeed.accelerator import get_accelerator as a; b = a().create_op_builder('ShareMemCommBuilder'); b and b.load()"
 	touch $(STAMP)
 
+# Two pytest workers, one test file each at a time: the Ray/MLflow integration tests spend half
+# their wall time waiting on process start-up, so two of them overlap well on two cores.
+# `make test PYTEST_WORKERS=0` runs everything in one process.
+PYTEST_WORKERS ?= 2
 test: setup
-	$(BIN)/python -m pytest --durations=10 $(PYTEST_ARGS)
+	$(BIN)/python -m pytest $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist loadfile) --durations=10 $(PYTEST_ARGS)
 
 # SST-2 for the demo: the shared GLUE copy when it is there, else the hub.
 SHARED_GLUE := $(abspath ../shared/data/glue)

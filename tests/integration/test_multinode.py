@@ -6,6 +6,7 @@ shared work directory, and killing one node mid-sweep still ends with every tria
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import time
 from pathlib import Path
@@ -27,7 +28,13 @@ def test_sweep_on_a_two_node_cluster_survives_losing_a_node(tmp_path):
     if ray.is_initialized():
         ray.shutdown()
     # the dashboard gives Train the State API it needs to free a lost trial's workers (STACK-NOTES F1)
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": True})
+    # on a free port: another Ray instance on this machine (a second pytest worker) may hold 8265
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dashboard_port = s.getsockname()[1]
+    cluster = Cluster(
+        initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": True, "dashboard_port": dashboard_port}
+    )
     node_a = cluster.add_node(num_cpus=1, resources={"node_a": 1})
     node_b = cluster.add_node(num_cpus=1, resources={"node_b": 1})
     cluster.wait_for_nodes()
