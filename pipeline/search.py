@@ -19,7 +19,6 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
-from methods import get_method
 from pipeline.config import SweepSpec, is_domain
 
 
@@ -66,6 +65,8 @@ def method_configurations(method: str, params: dict[str, Any], num_samples: int,
     fixed = {k: v for k, v in params.items() if not is_domain(v)}
     grids = {k: v["grid"] for k, v in params.items() if is_domain(v) and "grid" in v}
     randoms = {k: next(iter(v.items())) for k, v in params.items() if is_domain(v) and "grid" not in v}
+    from methods import get_method  # here, not at the top: TrialSpec users stay free of torch
+
     model = get_method(method).Params
     configs: list[dict[str, Any]] = []
     seen: set[str] = set()

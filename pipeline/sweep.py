@@ -30,10 +30,9 @@ from pipeline import results as results_table
 from pipeline.config import SweepSpec, spec_to_dict
 from pipeline.errors import DrydockError
 from pipeline.search import TrialSpec, expand_trials
-from pipeline.worker import OUTCOME_FILE, write_outcome
+from pipeline.trial_driver import read_outcome, trial_driver
 
 STATE_FILE = "state.json"
-NAN = float("nan")
 
 # Environment for every Ray process of the sweep. Health checks every 0.5 s instead of 2 s cut
 # ~2-3 s per trial (reports reach Tune sooner, trial ends are noticed sooner); the preemption
@@ -126,63 +125,6 @@ def max_concurrent(spec: SweepSpec) -> int:
 # ----------------------------------------------------------------------------------------------
 # the trial driver (runs inside a Tune trial actor)
 # ----------------------------------------------------------------------------------------------
-
-
-def read_outcome(trial_dir: Path) -> dict[str, Any] | None:
-    path = trial_dir / OUTCOME_FILE
-    return json.loads(path.read_text()) if path.is_file() else None
-
-
-def trial_driver(config: dict[str, Any], shared: dict[str, Any]) -> None:
-    """Tune trainable: one TorchTrainer for one trial, then a final report of its outcome."""
-    import ray.train
-    from ray import tune
-    from ray.train.torch import TorchTrainer
-    from ray.tune.integration.ray_train import TuneReportCallback
-
-    from pipeline.worker import train_worker
-
-    trial = TrialSpec.from_dict(config["trial"])
-    trial_dir = Path(shared["trials_dir"]) / trial.key
-    outcome = read_outcome(trial_dir)
-    if outcome is None or outcome.get("status") != "finished":  # a finished trial is never re-run
-        resources = shared["spec"]["resources"]
-        per_worker = {"CPU": resources["cpus_per_worker"]}
-        if resources["use_gpu"]:
-            per_worker["GPU"] = resources["gpus_per_worker"]
-        trainer = TorchTrainer(
-            train_worker,
-            train_loop_config={
-                "spec": shared["spec"], "trial": trial.to_dict(), "workdir": shared["workdir"],
-                "output_dir": str(trial_dir), "teacher": shared["teacher"], "deepspeed_preset": shared["deepspeed_preset"],
-                "threads": max(1, int(resources["cpus_per_worker"])),
-            },
-            scaling_config=ray.train.ScalingConfig(
-                num_workers=resources["workers_per_trial"], use_gpu=resources["use_gpu"], resources_per_worker=per_worker
-            ),
-            run_config=ray.train.RunConfig(
-                name=f"train-{trial.key}",  # unique and stable: a retry or restore resumes from it
-                storage_path=shared["train_storage"],
-                callbacks=[TuneReportCallback()],
-                checkpoint_config=ray.train.CheckpointConfig(num_to_keep=1),
-                failure_config=ray.train.FailureConfig(max_failures=shared["max_failures"], controller_failure_limit=3),
-            ),
-        )
-        error = None
-        try:
-            trainer.fit()
-        except Exception as e:  # the worker's own outcome.json says more when it got that far
-            error = f"{type(e).__name__}: {str(e).strip().splitlines()[-1] if str(e).strip() else ''}"
-        outcome = read_outcome(trial_dir)
-        if outcome is None:  # it failed before the worker could say why: record it here
-            outcome = {"status": "failed", "error": error or "the trial ended without an outcome"}
-            write_outcome(trial_dir, outcome)
-    final = {"drydock_final": 1.0, shared["metric_key"]: _number(outcome.get("metric"))}
-    tune.report(final)
-
-
-def _number(v: Any) -> float:
-    return float(v) if isinstance(v, (int, float)) and v is not None else NAN
 
 
 # ----------------------------------------------------------------------------------------------

@@ -9,8 +9,6 @@ exports the student into the trial's folder.
 
 from __future__ import annotations
 
-import json
-import os
 import tempfile
 import traceback
 from pathlib import Path
@@ -22,8 +20,7 @@ import torch
 from pipeline import loop
 from pipeline.config import spec_from_dict
 from pipeline.search import TrialSpec
-
-OUTCOME_FILE = "outcome.json"
+from pipeline.trial_driver import OUTCOME_FILE, write_outcome  # noqa: F401  (OUTCOME_FILE: re-exported)
 
 
 class RayReporter:
@@ -98,10 +95,3 @@ def train_worker(config: dict[str, Any]) -> None:
         raise
     if rank == 0:
         write_outcome(output_dir, {"status": "finished", **outcome.metrics, "student_path": str(outcome.student_path)})
-
-
-def write_outcome(output_dir: Path, outcome: dict[str, Any]) -> None:
-    output_dir.mkdir(parents=True, exist_ok=True)
-    tmp = output_dir / f".{OUTCOME_FILE}.tmp"
-    tmp.write_text(json.dumps(outcome, indent=2, default=str))
-    os.replace(tmp, output_dir / OUTCOME_FILE)
