@@ -188,6 +188,7 @@ class MiniLM(Method):
     relations: tuple[str, ...]
     distilled: Path | None = None  # the shared distilled student this trial loaded (share_distillation)
     _share_lock: int | None = None  # fd of the lock held while this trial distils for the others
+    _share_folder: Path | None = None  # where it publishes that distillation
 
     def unlabeled(self) -> UnlabeledRequest:
         return UnlabeledRequest(max_samples=self.params.unlabeled_samples, files=tuple(self.params.unlabeled_files))
@@ -276,7 +277,7 @@ class MiniLM(Method):
                 if state_file.exists():
                     os.close(fd)
                 else:
-                    self._share_lock = fd
+                    self._share_lock, self._share_folder = fd, folder
             found = [str(state_file) if state_file.exists() else None]
         if distributed:
             dist.broadcast_object_list(found, src=0)
@@ -285,12 +286,11 @@ class MiniLM(Method):
             self.distilled = Path(found[0])
 
     def _publish_distillation(self) -> None:
-        if self._share_lock is None or self.ctx.cache_dir is None:
+        if self._share_lock is None or self._share_folder is None:
             return
-        folder = self.ctx.cache_dir / f"minilm-{self._distillation_key()}"
-        tmp = folder / f"student.pt.{os.getpid()}.tmp"
+        tmp = self._share_folder / f"student.pt.{os.getpid()}.tmp"
         torch.save(self.model["student"].state_dict(), tmp)
-        os.replace(tmp, folder / "student.pt")
+        os.replace(tmp, self._share_folder / "student.pt")
         fcntl.flock(self._share_lock, fcntl.LOCK_UN)
         os.close(self._share_lock)
         self._share_lock = None
