@@ -20,7 +20,7 @@ import torch
 from pipeline import loop
 from pipeline.config import spec_from_dict
 from pipeline.search import TrialSpec
-from pipeline.trial_driver import OUTCOME_FILE, write_outcome  # noqa: F401  (OUTCOME_FILE: re-exported)
+from pipeline.trial_driver import write_outcome
 
 
 class RayReporter:

@@ -331,7 +331,7 @@ def _distil_and_finetune(cache_dir, seed: int, **params):
     return method, result
 
 
-def test_shared_distillation_runs_once_and_later_trials_fine_tune_from_it(tmp_path):
+def test_shared_distillation_runs_once_and_later_trials_fine_tune_from_it(tmp_path, monkeypatch):
     first, result = _distil_and_finetune(tmp_path, seed=0)
     assert first.distilled is None and result.steps == 3 + 2  # 24 texts / batch 8 = 3 distill steps, then 2 fine-tuning
     (folder,) = list(tmp_path.glob("minilm-*"))
@@ -348,11 +348,8 @@ def test_shared_distillation_runs_once_and_later_trials_fine_tune_from_it(tmp_pa
             seen["start"] = {k: v.clone() for k, v in self.model["student"].state_dict().items()}
         original(self, phase)
 
-    MiniLM.start_phase = spy
-    try:
-        second, result = _distil_and_finetune(tmp_path, seed=1, learning_rate=3e-4, distill_learning_rate=1e-3)
-    finally:
-        MiniLM.start_phase = original
+    monkeypatch.setattr(MiniLM, "start_phase", spy)
+    second, result = _distil_and_finetune(tmp_path, seed=1, learning_rate=3e-4, distill_learning_rate=1e-3)
     assert second.distilled == folder / "student.pt" and result.steps == 2
     assert [(p.name, p.steps) for p in second.phases(2)] == [("distill", 0), ("finetune", 2)]
     assert all(torch.equal(seen["start"][k], v) for k, v in distilled.items())
