@@ -126,8 +126,15 @@ class Verifier:
             stderr=subprocess.PIPE, text=True, env=env, cwd=self._tmp.name,
         )
         self._count = 0
-        if self._readline() != "ready":
-            raise ExportMismatch(f"the verification process did not start:\n{self._proc.stderr.read()[-2000:]}")
+        # Not waited for here: a sweep starts its verifier beside the first trials, and Tune's
+        # event loop (which runs our callback) is held only if the first export is ready earlier.
+        self._ready = False
+
+    def _wait_ready(self) -> None:
+        if not self._ready:
+            if self._readline() != "ready":
+                raise ExportMismatch(f"the verification process did not start:\n{self._proc.stderr.read()[-2000:]}")
+            self._ready = True
 
     def _readline(self) -> str:
         line = self._proc.stdout.readline()
@@ -136,6 +143,7 @@ class Verifier:
         return line.strip()
 
     def logits(self, folder: Path, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        self._wait_ready()
         self._count += 1
         batch_file = Path(self._tmp.name) / f"batch{self._count}.safetensors"
         out_file = Path(self._tmp.name) / f"logits{self._count}.safetensors"

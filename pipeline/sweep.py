@@ -149,6 +149,14 @@ def make_callback(spec: SweepSpec, paths: SweepPaths, tracker, metric_name: str,
             self.started: dict[str, float] = {}
             self.verifier = None
 
+        def setup(self, **info):
+            # Started with the search, not at the first finished trial: its imports (seconds)
+            # then overlap the first trials' start-up instead of holding Tune's loop.
+            from pipeline.export import Verifier
+
+            if self.verifier is None:
+                self.verifier = Verifier()
+
         def __reduce__(self):
             # Tune pickles its callbacks into tuner.pkl; ours holds live clients and processes
             # and is attached again on restore, so only a stand-in is stored.
@@ -359,7 +367,7 @@ def run_sweep(
             tuner = tune.Tuner(
                 trainable,
                 param_space={"trial": tune.grid_search([t.to_dict() for t in trials])},
-                tune_config=tune.TuneConfig(scheduler=scheduler, max_concurrent_trials=max_concurrent(spec), reuse_actors=False),
+                tune_config=tune.TuneConfig(scheduler=scheduler, max_concurrent_trials=max_concurrent(spec), reuse_actors=True),
                 run_config=tune.RunConfig(
                     name=tune_name, storage_path=storage_root, callbacks=[callback],
                     failure_config=tune.FailureConfig(max_failures=0), verbose=0,
