@@ -23,6 +23,7 @@ never silently replaces a better model. `drydock promote` moves it by hand.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 from collections.abc import Callable, Iterator
@@ -99,6 +100,17 @@ def text_classifier(folder: Path):
 # ----------------------------------------------------------------------------------------------
 # logging and registering one student
 # ----------------------------------------------------------------------------------------------
+
+
+class _NoHubCardWarning(logging.Filter):
+    """A student is a local folder with no hub repository: MLflow's attempt to fetch its model
+    card always fails (and would need the network); its warning is noise in every sweep log."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "model card could not be retrieved" not in record.getMessage()
+
+
+logging.getLogger("mlflow.transformers").addFilter(_NoHubCardWarning())
 
 
 def log_student(
