@@ -1,6 +1,7 @@
 """Print the 3-seed method tables of benchmarks/RESULTS.md from a `run.sh` workdir.
 
-    python benchmarks/tables/summarize.py WORKDIR
+    python benchmarks/tables/summarize.py WORKDIR            # the 3-layer students (issues 4, 5)
+    python benchmarks/tables/summarize.py WORKDIR --cofi     # CoFi's sweeps, table-cofi* (issue 6)
 
 Reads every `<WORKDIR>/table-*/results.parquet` (the results contract, ARCHITECTURE §5) and, for
 the learning curves, each trial's `eval/<metric>` history from the workdir's MLflow store.
@@ -79,9 +80,12 @@ def t_interval(diffs: np.ndarray, level: float = 0.95) -> tuple[float, float, fl
     return mean, mean - half, mean + half
 
 
-def load(workdir: Path) -> pd.DataFrame:
+def load(workdir: Path, cofi: bool = False) -> pd.DataFrame:
+    """The finished trials of the table sweeps: CoFi's (`table-cofi*`) or all the others."""
     frames = []
     for path in sorted(workdir.glob("table-*/results.parquet")):
+        if path.parent.name.startswith("table-cofi") != cofi:
+            continue
         frame = pd.read_parquet(path)
         frame["sweep"] = path.parent.name
         frames.append(frame)
@@ -93,11 +97,46 @@ def load(workdir: Path) -> pd.DataFrame:
     return frame
 
 
+def last_values(workdir: Path, run_ids: list[str], key: str) -> dict[str, float]:
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{workdir / 'mlflow.db'}")
+    out = {}
+    for r in run_ids:
+        history = sorted((m.step, m.value) for m in client.get_metric_history(r, key))
+        out[r] = history[-1][1] if history else math.nan
+    return out
+
+
+def cofi_table(workdir: Path) -> None:
+    """Issue 6's table: per target, the exports' measured encoder sparsity (CoFi's bookkeeping, from
+    the pruned shapes), dev accuracy and CPU speedup over the teacher (the sweep's select stage)."""
+    frame = load(workdir, cofi=True)
+    teacher = float(frame["teacher_metric"].iloc[0])
+    sparsity = last_values(workdir, list(frame["mlflow_run_id"].dropna()), "schedule/sparsity")
+    frame["sparsity"] = [sparsity.get(r, math.nan) for r in frame["mlflow_run_id"]]
+    print(f"teacher dev accuracy: {teacher:.4f}\n")
+    print("| sweep | target | seeds | measured sparsity | dev accuracy mean ± std | retention | speedup (p50) | latency p50 ms |")
+    print("|---|---|---|---|---|---|---|---|")
+    for (sweep, target), rows in frame.groupby(["sweep", "params.target_sparsity"]):
+        values = rows["metric"].to_numpy(dtype=float)
+        std = values.std(ddof=1) if len(values) > 1 else math.nan
+        spars = ", ".join(f"{v:.3f}" for v in rows["sparsity"])
+        speed = ", ".join(f"{v:.2f}×" for v in rows["speedup"])
+        lat = ", ".join(f"{v:.1f}" for v in rows["latency_ms"])
+        print(f"| {sweep} | {target:g} | {len(values)} | {spars} | {values.mean():.4f} ± {std:.4f} | "
+              f"{values.mean() / teacher:.3f} | {speed} | {lat} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("workdir", type=Path)
     parser.add_argument("--labeled-steps", type=int, default=500, help="optimizer steps on the labeled data (8,000 × 2 epochs / 32)")
+    parser.add_argument("--cofi", action="store_true", help="the CoFi table (sparsity, speedup) instead of the 3-layer one")
     args = parser.parse_args()
+    if args.cofi:
+        cofi_table(args.workdir)
+        return
     frame = load(args.workdir)
     metric = frame["metric_name"].iloc[0]
     teacher = float(frame["teacher_metric"].iloc[0])
