@@ -127,7 +127,7 @@ class Verifier:
         )
         self._count = 0
         # Not waited for here: a sweep starts its verifier beside the first trials, and Tune's
-        # event loop (which runs our callback) is held only if the first export is ready earlier.
+        # event loop (which runs our callback) waits only if an export is ready before the verifier.
         self._ready = False
 
     def _wait_ready(self) -> None:

@@ -37,7 +37,6 @@ PARAM_LABELS = {
     }[p["schedule"]],
     "dcr": lambda p: f"dcr {p['schedule']} {p['gate']}, DFG λ={p['dfg_weight']:g}",
     "minilm": lambda p: f"minilm (distilled once on {int(p['unlabeled_samples']):,} texts)",
-    "cofi": lambda p: f"cofi target {p['target_sparsity']:g}",
     "finetune": lambda p: "finetune (teacher's bottom layers)",
 }
 
@@ -58,11 +57,12 @@ def label(row: pd.Series) -> str:
     return text
 
 
-def curves(workdir: Path, run_ids: list[str], metric: str) -> dict[str, list[tuple[int, float]]]:
+def curves(workdir: Path, run_ids: list[str], key: str) -> dict[str, list[tuple[int, float]]]:
+    """Each run's (step, value) history of the MLflow metric `key`."""
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(tracking_uri=f"sqlite:///{workdir / 'mlflow.db'}")
-    return {r: sorted((m.step, m.value) for m in client.get_metric_history(r, f"eval/{metric}")) for r in run_ids if r}
+    return {r: sorted((m.step, m.value) for m in client.get_metric_history(r, key)) for r in run_ids if r}
 
 
 def steps_to(curve: list[tuple[int, float]], fraction: float, offset: int) -> float:
@@ -97,24 +97,13 @@ def load(workdir: Path, cofi: bool = False) -> pd.DataFrame:
     return frame
 
 
-def last_values(workdir: Path, run_ids: list[str], key: str) -> dict[str, float]:
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient(tracking_uri=f"sqlite:///{workdir / 'mlflow.db'}")
-    out = {}
-    for r in run_ids:
-        history = sorted((m.step, m.value) for m in client.get_metric_history(r, key))
-        out[r] = history[-1][1] if history else math.nan
-    return out
-
-
 def cofi_table(workdir: Path) -> None:
     """Issue 6's table: per target, the exports' measured encoder sparsity (CoFi's bookkeeping, from
     the pruned shapes), dev accuracy and CPU speedup over the teacher (the sweep's select stage)."""
     frame = load(workdir, cofi=True)
     teacher = float(frame["teacher_metric"].iloc[0])
-    sparsity = last_values(workdir, list(frame["mlflow_run_id"].dropna()), "schedule/sparsity")
-    frame["sparsity"] = [sparsity.get(r, math.nan) for r in frame["mlflow_run_id"]]
+    sparsity = curves(workdir, list(frame["mlflow_run_id"].dropna()), "schedule/sparsity")
+    frame["sparsity"] = [sparsity[r][-1][1] if sparsity.get(r) else math.nan for r in frame["mlflow_run_id"]]
     print(f"teacher dev accuracy: {teacher:.4f}\n")
     print("| sweep | target | seeds | measured sparsity | dev accuracy mean ± std | retention | speedup (p50) | latency p50 ms |")
     print("|---|---|---|---|---|---|---|---|")
@@ -140,7 +129,7 @@ def main() -> None:
     frame = load(args.workdir)
     metric = frame["metric_name"].iloc[0]
     teacher = float(frame["teacher_metric"].iloc[0])
-    history = curves(args.workdir, list(frame["mlflow_run_id"].dropna()), metric)
+    history = curves(args.workdir, list(frame["mlflow_run_id"].dropna()), f"eval/{metric}")
     frame["steps95"] = [
         steps_to(history.get(r["mlflow_run_id"], []), 0.95, int(r["steps"]) - args.labeled_steps) for _, r in frame.iterrows()
     ]
