@@ -22,6 +22,7 @@ import logging
 import math
 import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -33,6 +34,7 @@ from pipeline.search import TrialSpec, expand_trials
 from pipeline.trial_driver import read_outcome, trial_driver
 
 STATE_FILE = "state.json"
+logger = logging.getLogger(__name__)
 
 # Environment for every Ray process of the sweep. Health checks every 0.5 s instead of 2 s cut
 # ~2-3 s per trial (reports reach Tune sooner, trial ends are noticed sooner); the preemption
@@ -142,12 +144,23 @@ def make_callback(spec: SweepSpec, paths: SweepPaths, tracker, metric_name: str,
     from ray import tune
 
     class SweepCallback(tune.Callback):
-        """Owns every trial's MLflow run and row; runs in the sweep's driver process."""
+        """Owns every trial's MLflow run and row; runs in the sweep's driver process.
+
+        Tune calls these hooks on its event loop, which meanwhile starts no trial and handles no
+        report. Recording a finished trial (verifying its export in another process, copying the
+        student into the artifact store, a dozen tracking calls) takes seconds, more against a
+        remote tracking server, so every tracking and table write goes to one recorder thread:
+        one thread keeps each trial's writes in order and the results table single-writer.
+        `close()` drains it; `reconcile()` records, from Tune's own results, any trial whose
+        recording a killed driver never got to.
+        """
 
         def __init__(self) -> None:
             self.last: dict[str, dict[str, Any]] = {}
             self.started: dict[str, float] = {}
             self.verifier = None
+            self.recorder: ThreadPoolExecutor | None = None
+            self.recorded: set[str] = set()
 
         def setup(self, **info):
             # Started with the search, not at the first finished trial: its imports (seconds)
@@ -165,11 +178,25 @@ def make_callback(spec: SweepSpec, paths: SweepPaths, tracker, metric_name: str,
         def _trial(self, trial) -> TrialSpec:
             return TrialSpec.from_dict(trial.config["trial"])
 
+        def _record(self, what: str, fn: Callable[..., None], *args) -> None:
+            if self.recorder is None:
+                self.recorder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="drydock-recorder")
+
+            def job() -> None:
+                try:
+                    fn(*args)
+                except Exception as e:  # a tracking hiccup must not end the sweep; say what was lost
+                    logger.exception("recording %s failed", what)
+                    log(f"warning: recording {what} failed: {type(e).__name__}: {e}")
+
+            self.recorder.submit(job)
+
         def on_trial_start(self, iteration, trials, trial, **info):
             t = self._trial(trial)
             self.started[t.key] = time.time()
-            tracker.trial_run(t.key, {"method": t.method, "seed": t.seed, "config_id": t.config_id, "params": t.params},
-                              tags={"drydock.method": t.method, "ray_trial_id": trial.trial_id})
+            self._record(f"the start of trial {t.key}", tracker.trial_run, t.key,
+                         {"method": t.method, "seed": t.seed, "config_id": t.config_id, "params": t.params},
+                         {"drydock.method": t.method, "ray_trial_id": trial.trial_id})
 
         def on_trial_result(self, iteration, trials, trial, result, **info):
             if result.get("drydock_final"):
@@ -177,13 +204,16 @@ def make_callback(spec: SweepSpec, paths: SweepPaths, tracker, metric_name: str,
             t = self._trial(trial)
             self.last[t.key] = result
             metrics = {k: v for k, v in result.items() if k.split("/")[0] in ("eval", "schedule") or k.startswith("eval_") or k == "epoch"}
-            tracker.log_metrics(tracker.trial_run(t.key), metrics, int(result.get("step", 0)))
+            self._record(f"metrics of trial {t.key}", lambda: tracker.log_metrics(tracker.trial_run(t.key), metrics, int(result.get("step", 0))))
 
         def on_trial_complete(self, iteration, trials, trial, **info):
-            self._finish(trial, error=None)
+            t = self._trial(trial)
+            self._record(f"trial {t.key}", self._finish, t, None, dict(self.last.get(t.key, {})))
 
         def on_trial_error(self, iteration, trials, trial, **info):
-            self._finish(trial, error=str(getattr(trial, "error_message", None) or "trial errored"))
+            t = self._trial(trial)
+            error = str(getattr(trial, "error_message", None) or "trial errored")
+            self._record(f"trial {t.key}", self._finish, t, error, dict(self.last.get(t.key, {})))
 
         def _verify(self, trial_dir: Path, outcome: dict[str, Any]) -> tuple[str, dict[str, Any]]:
             """The export counts only if a fresh process without drydock reproduces its logits."""
@@ -201,17 +231,46 @@ def make_callback(spec: SweepSpec, paths: SweepPaths, tracker, metric_name: str,
                 return "failed", {**outcome, "error": str(e)}
             return "finished", outcome
 
+        def drain(self) -> None:
+            """Wait for every queued recording (the results table is complete afterwards)."""
+            if self.recorder is not None:
+                self.recorder.shutdown(wait=True)
+                self.recorder = None
+
         def close(self) -> None:
+            self.drain()
             if self.verifier is not None:
                 self.verifier.close()
+                self.verifier = None
 
-        def _finish(self, trial, error: str | None) -> None:
-            t = self._trial(trial)
-            run_id = tracker.trial_run(t.key)
+        def reconcile(self, result_grid) -> None:
+            """Record the trials Tune has done with but this driver never recorded.
+
+            A driver killed between a trial's end and its recording leaves Tune's state saying
+            "terminated" and no row: a resumed Tune does not run that trial again, so its row
+            and MLflow run are written here from what Tune kept (outcome file, last report).
+            """
+            self.drain()
+            frame = results_table.read_results(paths.results)
+            done = set(frame.loc[frame["status"].isin(["finished", "failed", "stopped"]), "trial_id"]) if len(frame) else set()
+            for result in result_grid:
+                config = (result.config or {}).get("trial")
+                if not config:
+                    continue
+                t = TrialSpec.from_dict(config)
+                if t.key in done or t.key in self.recorded:
+                    continue
+                error = str(result.error) if result.error is not None else None
+                last = {k: v for k, v in (result.metrics or {}).items() if not k.startswith("drydock_")}
+                self._record(f"trial {t.key}", self._finish, t, error, last)
+            self.drain()
+
+        def _finish(self, t: TrialSpec, error: str | None, last: dict[str, Any]) -> None:
+            run_id = tracker.trial_run(t.key, {"method": t.method, "seed": t.seed, "config_id": t.config_id, "params": t.params},
+                                       {"drydock.method": t.method})
             outcome = read_outcome(paths.trials_dir / t.key)
             if outcome is None:
                 # stopped by the scheduler (ASHA) before it finished, or lost
-                last = self.last.get(t.key, {})
                 status = "stopped" if error is None else "failed"
                 outcome = {"status": status, "error": error, "metric": last.get(f"eval/{metric_name}"),
                            "metrics": {k.split("/", 1)[1]: v for k, v in last.items() if k.startswith("eval/")},
@@ -237,6 +296,7 @@ def make_callback(spec: SweepSpec, paths: SweepPaths, tracker, metric_name: str,
             if status == "finished" and student and Path(student).is_dir():
                 tracker.log_artifacts(run_id, Path(student), "student")
             tracker.finish(run_id, "FINISHED" if status in ("finished", "stopped") else "FAILED")
+            self.recorded.add(t.key)
             metric = outcome.get("metric")
             shown = f"{metric_name} {metric:.4f}" if isinstance(metric, (int, float)) else (outcome.get("error") or "")[:120]
             log(f"trial {t.key}: {status} {shown}")
@@ -373,7 +433,7 @@ def run_sweep(
                     failure_config=tune.FailureConfig(max_failures=0), verbose=0,
                 ),
             )
-        tuner.fit()
+        callback.reconcile(tuner.fit())
         callback.close()  # the verifier is not needed while measuring latency
         from pipeline.select import select_stage
 
