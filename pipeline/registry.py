@@ -104,10 +104,16 @@ def text_classifier(folder: Path):
 
 class _NoHubCardWarning(logging.Filter):
     """A student is a local folder with no hub repository: MLflow's attempt to fetch its model
-    card always fails (and would need the network); its warning is noise in every sweep log."""
+    card always fails (and would need the network), and with no card it cannot find a license
+    either (it writes a generic LICENSE.txt and warns). Both warnings are noise repeated for every
+    registered student; the teacher a student derives from (and so its license) is in the run's
+    parameters and the model version's tags."""
+
+    NOISE = ("model card could not be retrieved", "Unable to find license information")
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return "model card could not be retrieved" not in record.getMessage()
+        message = record.getMessage()
+        return not any(n in message for n in self.NOISE)
 
 
 logging.getLogger("mlflow.transformers").addFilter(_NoHubCardWarning())
