@@ -204,7 +204,8 @@ def make_callback(spec: SweepSpec, paths: SweepPaths, tracker, metric_name: str,
             t = self._trial(trial)
             self.last[t.key] = result
             metrics = {k: v for k, v in result.items() if k.split("/")[0] in ("eval", "schedule") or k.startswith("eval_") or k == "epoch"}
-            self._record(f"metrics of trial {t.key}", lambda: tracker.log_metrics(tracker.trial_run(t.key), metrics, int(result.get("step", 0))))
+            step = int(result.get("step", 0))  # read now: Tune owns `result`
+            self._record(f"metrics of trial {t.key}", lambda: tracker.log_metrics(tracker.trial_run(t.key), metrics, step))
 
         def on_trial_complete(self, iteration, trials, trial, **info):
             t = self._trial(trial)
