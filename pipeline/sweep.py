@@ -431,7 +431,11 @@ def run_sweep(
                 tune_config=tune.TuneConfig(scheduler=scheduler, max_concurrent_trials=max_concurrent(spec), reuse_actors=True),
                 run_config=tune.RunConfig(
                     name=tune_name, storage_path=storage_root, callbacks=[callback],
-                    failure_config=tune.FailureConfig(max_failures=0), verbose=0,
+                    # Train retries lost workers inside a trial; Tune retries a trial whose driver
+                    # died (its node was lost), and the new driver's TorchTrainer, same name and
+                    # storage, resumes from the trial's last checkpoint. A trial whose training
+                    # raises is not a Tune failure: its driver records it and reports normally.
+                    failure_config=tune.FailureConfig(max_failures=spec.search.max_failures), verbose=0,
                 ),
             )
         callback.reconcile(tuner.fit())

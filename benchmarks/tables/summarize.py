@@ -107,18 +107,19 @@ def cofi_table(workdir: Path) -> None:
     print(f"teacher dev accuracy: {teacher:.4f}\n")
     # One row per configuration, whichever sweeps its seeds ran in (a pilot's seed 0 and a later
     # sweep's seeds 1 and 2 are one configuration when the settings and the step count agree).
-    keys = ["params.target_sparsity", "params.reg_learning_rate", "params.sparsity_warmup_fraction", "steps"]
-    print("| target | reg lr | target ramp (share of pruning) | steps | seeds | measured sparsity | dev accuracy mean ± std "
+    keys = ["params.target_sparsity", "params.reg_learning_rate", "params.sparsity_warmup_fraction",
+            "params.finetune_learning_rate", "steps"]
+    print("| target | reg lr | target ramp (share of pruning) | fine-tuning lr | steps | seeds | measured sparsity | dev accuracy mean ± std "
           "| retention | speedup (p50) | latency p50 ms | sweeps |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
-    for (target, reg_lr, ramp, steps), rows in frame.sort_values("seed").groupby(keys):
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for (target, reg_lr, ramp, ft_lr, steps), rows in frame.sort_values("seed").groupby(keys):
         values = rows["metric"].to_numpy(dtype=float)
         std = values.std(ddof=1) if len(values) > 1 else math.nan
         spars = ", ".join(f"{v:.3f}" for v in rows["sparsity"])
         speed = ", ".join(f"{v:.2f}×" for v in rows["speedup"])
         lat = ", ".join(f"{v:.1f}" for v in rows["latency_ms"])
         sweeps = ", ".join(sorted(set(rows["sweep"])))
-        print(f"| {target:g} | {reg_lr:g} | {ramp:g} | {int(steps)} | {len(values)} | {spars} | {values.mean():.4f} ± {std:.4f} | "
+        print(f"| {target:g} | {reg_lr:g} | {ramp:g} | {ft_lr:g} | {int(steps)} | {len(values)} | {spars} | {values.mean():.4f} ± {std:.4f} | "
               f"{values.mean() / teacher:.3f} | {speed} | {lat} | {sweeps} |")
 
 
