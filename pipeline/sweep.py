@@ -157,7 +157,6 @@ def make_callback(spec: SweepSpec, paths: SweepPaths, tracker, metric_name: str,
 
         def __init__(self) -> None:
             self.last: dict[str, dict[str, Any]] = {}
-            self.started: dict[str, float] = {}
             self.verifier = None
             self.recorder: ThreadPoolExecutor | None = None
             self.recorded: set[str] = set()
@@ -193,7 +192,6 @@ def make_callback(spec: SweepSpec, paths: SweepPaths, tracker, metric_name: str,
 
         def on_trial_start(self, iteration, trials, trial, **info):
             t = self._trial(trial)
-            self.started[t.key] = time.time()
             self._record(f"the start of trial {t.key}", tracker.trial_run, t.key,
                          {"method": t.method, "seed": t.seed, "config_id": t.config_id, "params": t.params},
                          {"drydock.method": t.method, "ray_trial_id": trial.trial_id})
