@@ -159,7 +159,6 @@ def make_callback(spec: SweepSpec, paths: SweepPaths, tracker, metric_name: str,
             self.last: dict[str, dict[str, Any]] = {}
             self.verifier = None
             self.recorder: ThreadPoolExecutor | None = None
-            self.recorded: set[str] = set()
 
         def setup(self, **info):
             # Started with the search, not at the first finished trial: its imports (seconds)
@@ -257,7 +256,7 @@ def make_callback(spec: SweepSpec, paths: SweepPaths, tracker, metric_name: str,
                 if not config:
                     continue
                 t = TrialSpec.from_dict(config)
-                if t.key in done or t.key in self.recorded:
+                if t.key in done:  # drained above: every row this driver wrote is in the table
                     continue
                 error = str(result.error) if result.error is not None else None
                 last = {k: v for k, v in (result.metrics or {}).items() if not k.startswith("drydock_")}
@@ -295,7 +294,6 @@ def make_callback(spec: SweepSpec, paths: SweepPaths, tracker, metric_name: str,
             if status == "finished" and student and Path(student).is_dir():
                 tracker.log_artifacts(run_id, Path(student), "student")
             tracker.finish(run_id, "FINISHED" if status in ("finished", "stopped") else "FAILED")
-            self.recorded.add(t.key)
             metric = outcome.get("metric")
             shown = f"{metric_name} {metric:.4f}" if isinstance(metric, (int, float)) else (outcome.get("error") or "")[:120]
             log(f"trial {t.key}: {status} {shown}")
