@@ -184,7 +184,7 @@ def test_order_constraint_defaults_on_for_small_glue_tasks():
 
 
 def test_surgery_shrinks_the_model_and_keeps_its_function():
-    method = make_cofi()
+    method = make_cofi(binarise_tolerance=None)
     warmup, prune, finetune = method.phases(9)
     method.start_phase(warmup)
     method.start_phase(prune)
@@ -202,6 +202,31 @@ def test_surgery_shrinks_the_model_and_keeps_its_function():
     assert count_parameters(student)[0] < size_before
     torch.testing.assert_close(_eval_logits(method, batch), before, atol=1e-5, rtol=1e-5)
     assert method.on_step(Progress(6, 9, finetune.name, 0, 3))["sparsity"] > 0.3
+
+
+@pytest.mark.parametrize(("target", "moved"), [(0.8, True), (0.56, True), (0.595, False)])
+def test_surgery_moves_binary_masks_that_miss_the_target_onto_it(target, moved):
+    """The forced masks (with the FFN dimensions' initial drop rate) binarise to 0.5911 of the
+    tiny encoder pruned: 0.8 and 0.56 targets are missed by more than the tolerance, so the surgery
+    prunes more or less; a 0.595 target is within it and nothing moves."""
+    method = make_cofi(target_sparsity=target, binarise_tolerance=0.01)
+    warmup, prune, finetune = method.phases(9)
+    method.start_phase(warmup)
+    method.start_phase(prune)
+    _force_masks(method)
+    method.start_phase(finetune)
+    report = method.on_step(Progress(6, 9, finetune.name, 0, 3))
+    assert report["binarised_trained_sparsity"] == pytest.approx(0.5911, abs=1e-4)
+    assert (report["binarise_offset"] != 0) == moved
+    if moved:
+        assert abs(report["sparsity"] - target) < 0.02
+    else:
+        assert report["sparsity"] == pytest.approx(report["binarised_trained_sparsity"], abs=1e-6)
+    restored = make_cofi(target_sparsity=target)
+    for phase in (warmup, prune, finetune):
+        restored.start_phase(phase)
+    restored.load_state_dict(method.state_dict())
+    assert restored.on_step(Progress(6, 9, finetune.name, 0, 3)) == report  # resume keeps the record
 
 
 def test_lagrangian_drives_a_tiny_models_sparsity_to_the_target():
@@ -255,7 +280,7 @@ def test_resume_across_the_surgery_replays_into_the_same_model():
     midway = make_cofi()
     for phase in plan:
         midway.start_phase(phase)
-    assert midway.model.student.config.hidden_size == 32  # fresh masks prune no hidden dimension
+    assert midway.model.student.config.hidden_size != 21  # the replayed surgery cut fresh masks
     midway.load_state_dict(pruned_state)
     assert midway.model.student.config.hidden_size == 21
     torch.testing.assert_close(_eval_logits(midway, batch), expected)

@@ -11,6 +11,8 @@ from methods._l0 import (
     HardConcreteMasks,
     LagrangeMultipliers,
     StructureMasks,
+    binarise,
+    binarise_at,
     deterministic_mask,
     expected_sparsity,
     keep_probability,
@@ -153,3 +155,39 @@ def test_lagrangian_alone_steers_expected_sparsity_to_the_target():
     final = float(expected_sparsity(masks.keep_probabilities(), head_size=8).detach())
     assert abs(final - 0.5) < 0.02
     assert float(multipliers.lambda2.detach()) > 0  # ascent on (ŝ − t)² ≥ 0 only ever raises λ2
+
+
+def _minilm_sized_log_alphas(seed: int) -> StructureMasks:
+    """log α as a pruning phase leaves them on MiniLM's shape (6 layers, 12 heads, 384, 1536):
+    intermediate dimensions spread over the clamp range, coarse masks mostly at the top."""
+    generator = torch.Generator().manual_seed(seed)
+
+    def spread(*shape: int, centre: float) -> torch.Tensor:
+        return (torch.randn(shape, generator=generator) * 2 + centre).clamp(LOG_ALPHA_MIN, LOG_ALPHA_MAX)
+
+    return StructureMasks(
+        hidden=spread(384, centre=3.0), heads=spread(6, 12, centre=2.0), mha=spread(6, centre=4.0),
+        intermediate=spread(6, 1536, centre=0.0), ffn=spread(6, centre=4.0),
+    )
+
+
+@pytest.mark.parametrize("target", [0.3, 0.6, 0.9])
+def test_binarise_at_hits_the_target_and_keeps_each_groups_ranking(target):
+    log_alphas = _minilm_sized_log_alphas(seed=0)
+    head_size = 32
+    trained = float(expected_sparsity(binarise(log_alphas), head_size))
+    masks, offset = binarise_at(log_alphas, head_size, target)
+    assert abs(float(expected_sparsity(masks, head_size)) - target) < 0.005  # one hidden dim ≈ 0.0026
+    assert (offset < 0) == (target > trained)  # more pruning needs lower log α
+    # within a group, every kept unit has a log α at least as high as every dropped one
+    for values, kept in ((log_alphas.intermediate, masks.intermediate), (log_alphas.heads, masks.heads)):
+        for row, row_kept in zip(values, kept):
+            if 0 < row_kept.sum() < row.numel():
+                assert row[row_kept == 1].min() >= row[row_kept == 0].max()
+
+
+def test_binarise_keeps_fewer_units_as_the_offset_falls():
+    log_alphas = _minilm_sized_log_alphas(seed=1)
+    sparsities = [float(expected_sparsity(binarise(log_alphas, o), 32)) for o in (-6.0, -3.0, 0.0, 3.0, 6.0)]
+    assert sparsities == sorted(sparsities, reverse=True) and sparsities[0] > sparsities[-1]
+    assert binarise(log_alphas, -100.0).hidden.sum() == 1  # the last hidden dimension stays
