@@ -21,6 +21,7 @@ import json
 import logging
 import math
 import os
+import socket
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -50,6 +51,17 @@ RAY_ENV = {
     "PYTHONWARNINGS": "ignore::DeprecationWarning,ignore::FutureWarning,ignore::UserWarning",
     "RAY_AIR_NEW_OUTPUT": "0",
 }
+
+# Where the State API of a local instance is, for every process of it. Ray Train's placement-group
+# cleaner (a detached actor per trial) asks the State API whether the trial's controller is alive
+# and removes the trial's placement group when it is not. Without an address it asks the cluster
+# named in /tmp/ray/ray_current_cluster, which is whichever instance last wrote it (`ray start`, a
+# test's `ray.cluster_utils.Cluster`): with a second Ray instance on the machine, the cleaner found
+# no such controller there and removed a live trial's placement group (measured: a CoFi trial's
+# worker killed mid-training while the test suite ran; Train retried it from its checkpoint). On a
+# cluster the head's `ray start` writes that file for its own GCS, so only the local case is fixed.
+API_SERVER_VARIABLE = "RAY_API_SERVER_ADDRESS"
+_api_server_set: str | None = None  # the value init_ray last put into os.environ
 
 
 @dataclass
@@ -86,20 +98,36 @@ def init_ray(address: str | None, use_gpu: bool) -> None:
     for key in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "HF_HOME", "TORCH_EXTENSIONS_DIR", "MLFLOW_TRACKING_URI"):
         if key in os.environ:
             env[key] = os.environ[key]
+    address = address or os.environ.get("RAY_ADDRESS")
+    global _api_server_set
+    if _api_server_set and os.environ.get(API_SERVER_VARIABLE) == _api_server_set:
+        del os.environ[API_SERVER_VARIABLE]  # a previous local instance's, started by this process
+    dashboard: dict[str, Any] = {}
+    if not address:
+        host, port = "127.0.0.1", free_port()
+        dashboard = {"dashboard_host": host, "dashboard_port": port}
+        env[API_SERVER_VARIABLE] = _api_server_set = f"http://{host}:{port}"
     os.environ.update({k: v for k, v in env.items() if k.startswith("RAY_")})
     logging.getLogger("ray").setLevel(logging.ERROR)
     verbose = os.environ.get("DRYDOCK_RAY_LOGS") == "1"
     common = dict(runtime_env={"env_vars": env}, log_to_driver=verbose, logging_level="ERROR" if not verbose else "INFO")
-    address = address or os.environ.get("RAY_ADDRESS")
     if address:
         ray.init(address=address, **common)
     else:
         # Local: sized to this machine. The dashboard stays on (include_dashboard=None): without
         # its State API, Train's placement-group cleaner cannot free the workers of trials that
-        # ASHA stops, and later trials time out waiting for them (STACK-NOTES F1).
+        # ASHA stops, and later trials time out waiting for them (STACK-NOTES F1). Its address is
+        # fixed up front and given to every process (see API_SERVER_VARIABLE).
         temp_dir = os.environ.get("DRYDOCK_RAY_TMPDIR")  # a short path: Ray's sockets live under it
         ray.init(address="local", num_cpus=os.cpu_count(), object_store_memory=256 * 2**20, include_dashboard=None,
-                 **({"_temp_dir": temp_dir} if temp_dir else {}), **common)
+                 **dashboard, **({"_temp_dir": temp_dir} if temp_dir else {}), **common)
+
+
+def free_port() -> int:
+    """A TCP port free on this machine now (the OS picks it; Ray binds it a moment later)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 def max_concurrent(spec: SweepSpec) -> int:
