@@ -5,6 +5,7 @@ a trial's controller lives; asked of another instance, it removed live trials' p
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -55,6 +56,7 @@ def test_ray_processes_query_their_own_instance_not_the_last_one_recorded():
         done = subprocess.run([sys.executable, "-c", SCRIPT], cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
     finally:
         subprocess.run(["pkill", "-9", "-f", str(root)], check=False)
+        shutil.rmtree(root, ignore_errors=True)
     lines = dict(line.split(" ", 1) for line in done.stdout.splitlines() if line.startswith(("DASHBOARD", "RESOLVED")))
     assert done.returncode == 0 and "RESOLVED" in lines, done.stdout[-2000:] + done.stderr[-3000:]
     dashboard = lines["DASHBOARD"].split()[1]
