@@ -9,20 +9,62 @@ wall time of `run_sweep`, the sum of the trials' training-loop seconds, and
 (wall - sum of training seconds) / trials, for the whole sweep and for the search stage alone
 (Ray start-up, Tune, Train workers, export verification; the measure/select/register stage that
 follows is reported separately). Target: under 10 s per trial on a 2-core machine.
+
+Also printed: the CPU seconds that the driver and every process of the Ray instance (its
+children: raylet, GCS, dashboard, Tune and Train actors) spent during the search stage, per trial,
+and how busy that kept the machine's CPUs. The wall-clock figure swings by a second or more per
+trial between runs on this machine; the CPU figure tells what a change removed.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
+import threading
 import time
 from pathlib import Path
+
+import psutil
 
 from pipeline.config import load_spec
 from pipeline.stages import ensure_teacher, prepare
 from pipeline.sweep import max_concurrent, run_sweep
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+class CpuMeter:
+    """CPU seconds of this process and all its descendants, sampled every `interval` seconds.
+
+    A process's last sample is kept after it exits, so up to `interval` of its CPU time is missed.
+    """
+
+    def __init__(self, interval: float = 0.2) -> None:
+        self.interval, self.seen, self.lock = interval, {}, threading.Lock()
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        me = psutil.Process()
+        while not self.stop.wait(self.interval):
+            self.sample(me)
+
+    def sample(self, me: psutil.Process | None = None) -> None:
+        me = me or psutil.Process()
+        for p in [me, *me.children(recursive=True)]:
+            try:
+                t = p.cpu_times()
+                key = (p.pid, p.create_time())
+            except psutil.Error:
+                continue
+            with self.lock:
+                self.seen[key] = t.user + t.system
+
+    def total(self) -> float:
+        self.sample()
+        with self.lock:
+            return sum(self.seen.values())
 
 
 def main() -> None:
@@ -36,16 +78,22 @@ def main() -> None:
     ensure_teacher(spec, prepare(spec, args.workdir), args.workdir, log=lambda _: None)
 
     marks: dict[str, float] = {}
+    cpu_marks: dict[str, float] = {}
+    meter = CpuMeter()
+    meter.thread.start()
 
     def log(message: str) -> None:  # the stages announce themselves: time the search alone too
         for stage in ("search", "latency", "select", "registry"):
             if message.startswith(stage) and stage not in marks:
                 marks[stage] = time.perf_counter()
+                cpu_marks[stage] = meter.total()
 
     start = time.perf_counter()
     frame = run_sweep(spec, args.workdir, log=log)
     wall = time.perf_counter() - start
+    meter.stop.set()
     search = marks.get("latency", marks.get("select", start + wall)) - marks.get("search", start)
+    search_cpu = cpu_marks.get("latency", cpu_marks.get("select", meter.total())) - cpu_marks.get("search", 0.0)
     finished = frame[frame["status"] == "finished"]
     train = float(finished["train_seconds"].sum())
     n = len(frame)
@@ -54,6 +102,9 @@ def main() -> None:
     print(f"search stage {search:.1f}s (Ray start, trials, verification), then measure+select+register {start + wall - marks.get('latency', start + wall):.1f}s")
     print(f"overhead per trial, whole sweep:  {(wall - train) / n:.1f}s")
     print(f"overhead per trial, search stage: {(search - train) / n:.1f}s  (target < 10 s)")
+    cpus = os.cpu_count() or 1
+    print(f"search stage CPU: {search_cpu:.1f} CPU-s, {search_cpu / n:.1f} CPU-s per trial, "
+          f"{search_cpu - train:.1f} outside the training loops; {search_cpu / (search * cpus):.0%} of {cpus} CPUs busy")
 
 
 if __name__ == "__main__":

@@ -4,7 +4,8 @@ Shape (Ray 2.60, Train V2; STACK-NOTES §a): one `Tuner` for the whole sweep gri
 concrete trial list from `pipeline.search`; its trainable is a thin trial driver (a function
 reserving no CPU — `{"cpu": 0, "memory": 1}`, since `{"cpu": 0}` is rejected and 0.01 CPU can
 deadlock two workers on two CPUs) that builds one `TorchTrainer` per trial and blocks on `fit()`.
-Metrics flow worker rank 0 → TuneReportCallback → Tune → our callback (MLflow + results table).
+Metrics flow worker rank 0 → Train controller → `ReportRelay` (a node-local file, `pipeline.train_run`)
+→ the trial driver → Tune → our callback (MLflow + results table).
 
 Folders, under `<workdir>/<sweep name>/`:
     state.json                 the current run id and its MLflow parent run (what --resume continues)
@@ -150,11 +151,6 @@ def max_concurrent(spec: SweepSpec) -> int:
             f"but the Ray cluster has {capacity:g}"
         )
     return fits
-
-
-# ----------------------------------------------------------------------------------------------
-# the trial driver (runs inside a Tune trial actor)
-# ----------------------------------------------------------------------------------------------
 
 
 # ----------------------------------------------------------------------------------------------

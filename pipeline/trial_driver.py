@@ -12,6 +12,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import tempfile
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -44,8 +47,8 @@ def trial_driver(config: dict[str, Any], shared: dict[str, Any]) -> None:
     """Tune trainable: one TorchTrainer for one trial, then a final report of its outcome."""
     import ray.train
     from ray import tune
-    from ray.train.torch import TorchTrainer
-    from ray.tune.integration.ray_train import TuneReportCallback
+
+    from pipeline.train_run import ReportRelay, forward_reports, lean_torch_trainer
 
     trial = TrialSpec.from_dict(config["trial"])
     trial_dir = Path(shared["trials_dir"]) / trial.key
@@ -55,7 +58,9 @@ def trial_driver(config: dict[str, Any], shared: dict[str, Any]) -> None:
         per_worker = {"CPU": resources["cpus_per_worker"]}
         if resources["use_gpu"]:
             per_worker["GPU"] = resources["gpus_per_worker"]
-        trainer = TorchTrainer(
+        relay_dir = tempfile.mkdtemp(prefix="drydock-reports-")  # this node's: the controller's too
+        relay = os.path.join(relay_dir, "reports.jsonl")
+        trainer = lean_torch_trainer(
             train_worker,
             train_loop_config={
                 "spec": shared["spec"], "trial": trial.to_dict(), "workdir": shared["workdir"],
@@ -68,16 +73,26 @@ def trial_driver(config: dict[str, Any], shared: dict[str, Any]) -> None:
             run_config=ray.train.RunConfig(
                 name=f"train-{trial.key}",  # unique and stable: a retry or restore resumes from it
                 storage_path=shared["train_storage"],
-                callbacks=[TuneReportCallback()],
+                callbacks=[ReportRelay(relay)],
                 checkpoint_config=ray.train.CheckpointConfig(num_to_keep=1),
                 failure_config=ray.train.FailureConfig(max_failures=shared["max_failures"], controller_failure_limit=3),
             ),
         )
         error = None
+        done = threading.Event()
+        # Tune's report blocks until Tune takes the result; this thread does it while this one
+        # stays in fit(), so a trial Tune stops still has a live trial thread and gets a fresh
+        # actor (the old one, and with it the Train run, is killed) instead of a reused one.
+        forwarder = threading.Thread(target=forward_reports, args=(relay, tune.report, done), daemon=True)
+        forwarder.start()
         try:
             trainer.fit()
         except Exception as e:  # the worker's own outcome.json says more when it got that far
             error = f"{type(e).__name__}: {str(e).strip().splitlines()[-1] if str(e).strip() else ''}"
+        finally:
+            done.set()
+            forwarder.join()
+            shutil.rmtree(relay_dir, ignore_errors=True)
         outcome = read_outcome(trial_dir)
         if outcome is None:  # it failed before the worker could say why: record it here
             outcome = {"status": "failed", "error": error or "the trial ended without an outcome"}

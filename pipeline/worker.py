@@ -24,7 +24,7 @@ from pipeline.trial_driver import write_outcome
 
 
 class RayReporter:
-    """Every rank reports every evaluation; rank 0's metrics reach Tune (TuneReportCallback).
+    """Every rank reports every evaluation; rank 0's metrics reach Tune (`pipeline.train_run.ReportRelay`).
 
     DeepSpeed's checkpoint save is a collective, so every rank writes its part into its own
     temporary folder and Ray merges the ranks' folders into one checkpoint.

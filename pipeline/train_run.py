@@ -1,0 +1,90 @@
+"""One trial's Ray Train run, without the processes drydock does not use.
+
+A Ray Train run inside a Tune trial starts, besides its workers, a controller, a placement-group
+cleaner and a synchronisation actor (all needed), plus two actors drydock has no use for: the
+`ray.util.queue` actor behind Tune's `TuneReportCallback`, and the `DatasetManager` of Train's
+Ray Data integration, created even when the trainer gets no datasets (it imports Ray Data, about
+1 s of CPU). Each actor is one more Python process per trial, started and importing on the CPUs
+the trials train on, and the processes of a trial start one after another (Ray starts at most
+one worker process per CPU at a time). `benchmarks/sweep_overhead.py` measures what this saves.
+
+Imported by the trial driver (a Tune actor that already holds Ray Train) and, when Ray unpickles
+`ReportRelay`, by the Train controller: it imports nothing heavier than Ray Train itself.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+from typing import Any, Callable
+
+import ray.train
+from ray.train.torch import TorchTrainer
+
+# Seconds between two looks at the relay file: a report reaches Tune at most this late.
+POLL_S = 0.1
+
+
+class ReportRelay(ray.train.UserCallback):
+    """Rank 0's reports, from the Train controller to the trial driver, through a file.
+
+    Ray's `TuneReportCallback` carries them through a `ray.util.queue.Queue`, an actor of its
+    own. The controller always runs on the node of the driver that started it (Ray Train pins it
+    there with a node label selector), so a file on that node does the same without a process.
+    The controller appends one JSON line per report; `forward_reports` hands each complete line
+    to Tune.
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = str(path)
+
+    def after_report(self, run_context: Any, metrics: list[dict[str, Any]], checkpoint: Any) -> None:
+        record = dict(metrics[0])  # rank 0's, as TuneReportCallback does
+        if checkpoint is not None:
+            record["checkpoint_path"] = checkpoint.path
+        with open(self.path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(record, default=str) + "\n")
+
+
+def forward_reports(path: str | Path, report: Callable[[dict[str, Any]], None], done: threading.Event) -> None:
+    """Call `report` with every record appended to `path`, in order, until `done` is set.
+
+    After `done` is set it reads once more, so a record written before the run ended is never
+    lost. Partial lines (a write in progress) wait for the next look.
+    """
+    offset, pending = 0, b""
+    while True:
+        finished = done.is_set()  # read first, look after: nothing written before `done` is missed
+        try:
+            with open(path, "rb") as f:
+                f.seek(offset)
+                chunk = f.read()
+        except FileNotFoundError:
+            chunk = b""
+        offset += len(chunk)
+        pending += chunk
+        *lines, pending = pending.split(b"\n")
+        for line in lines:
+            if line.strip():
+                report(json.loads(line))
+        if finished:
+            return
+        done.wait(POLL_S)
+
+
+def lean_torch_trainer(*args: Any, **kwargs: Any) -> TorchTrainer:
+    """A `TorchTrainer` that starts no Ray Data actor when it has no datasets."""
+    return _LeanTorchTrainer(*args, **kwargs)
+
+
+class _LeanTorchTrainer(TorchTrainer):
+    def _create_default_callbacks(self) -> list[Any]:
+        callbacks = super()._create_default_callbacks()
+        if self.datasets:
+            return callbacks
+        try:  # an internal of Ray Train: where it has moved, nothing is dropped
+            from ray.train.v2._internal.callbacks.datasets import DatasetsCallback
+        except ImportError:
+            return callbacks
+        return [c for c in callbacks if not isinstance(c, DatasetsCallback)]
