@@ -445,10 +445,17 @@ def run_sweep(
             # callbacks are not restored: attach ours again
             tuner._local_tuner._run_config.callbacks = [callback]
         else:
+            # Tune reuses a finished trial's actor (its process, its imports) for the next trial,
+            # but not safely a trial ASHA stops: its driver is still inside fit(), Tune 2.60 caches
+            # the actor anyway, its reset fails, and Tune fails the *next* trial with "Could not
+            # re-use actor" and then waits on it forever (measured: a 6-trial ASHA sweep hung). So
+            # with ASHA every trial gets a fresh actor; killing the stopped one ends its Train run.
+            reuse_actors = spec.search.scheduler != "asha"
             tuner = tune.Tuner(
                 trainable,
                 param_space={"trial": tune.grid_search([t.to_dict() for t in trials])},
-                tune_config=tune.TuneConfig(scheduler=scheduler, max_concurrent_trials=max_concurrent(spec), reuse_actors=True),
+                tune_config=tune.TuneConfig(scheduler=scheduler, max_concurrent_trials=max_concurrent(spec),
+                                            reuse_actors=reuse_actors),
                 run_config=tune.RunConfig(
                     name=tune_name, storage_path=storage_root, callbacks=[callback],
                     # Train retries lost workers inside a trial; Tune retries a trial whose driver

@@ -104,6 +104,30 @@ def test_smoke_sweep_with_asha_records_every_trial_and_isolates_a_failure(ray_lo
     assert len(frame) == 4
 
 
+@pytest.mark.timeout(420)  # the failure this guards against is a hang
+def test_trials_asha_stops_mid_run_do_not_stall_the_trials_after_them(ray_local, workdir):
+    """From a random start, lr 1e-3 is at 0.445 after epoch 1 and the tiny rates at 0.555: the
+    fourth trial reaches the first rung behind better ones and ASHA stops it mid-run (4 epochs:
+    its worker, held back by Train's one report per health check, is still training then). A
+    fifth trial follows it. With Tune reusing actors, the stopped trial's actor (its driver still
+    inside fit()) was handed to the next trial, whose reset failed; Tune failed that trial and the
+    sweep hung."""
+    from pipeline.sweep import run_sweep
+
+    spec = load_spec(SMOKE, [
+        "name=smoke-asha", "tracking.experiment=smoke-asha", "train.epochs=4", "search.scheduler=asha",
+        "methods={kd: {init_from: pretrained, learning_rate: {grid: [1.0e-7, 2.0e-7, 3.0e-7, 1.0e-3, 4.0e-7]}}}",
+    ])
+    frame = run_sweep(spec, workdir)
+    seen = frame[["trial_id", "params.learning_rate", "status", "steps", "metric", "error"]].to_string()
+    assert len(frame) == 5 and frame["trial_id"].is_unique, seen
+    by_lr = frame.set_index("params.learning_rate")
+    assert by_lr.loc[1.0e-3, "status"] == "stopped" and by_lr.loc[1.0e-3, "steps"] < 64, seen
+    assert (by_lr.drop(index=1.0e-3)["status"] == "finished").all(), seen
+    _, children = child_runs(workdir, "smoke-asha")
+    assert sorted(c.info.run_name for c in children) == sorted(frame["trial_id"])
+
+
 def test_deepspeed_zero2_trial_with_two_workers_finishes_on_cpu(ray_local, workdir):
     """ZeRO 1/2 x 1/2 processes are covered without Ray in test_distributed_loop.py."""
     from pipeline.sweep import run_sweep

@@ -56,7 +56,9 @@ def test_the_relay_writes_rank_zeros_metrics_and_the_checkpoint_path(tmp_path):
 def test_a_trainer_without_datasets_starts_no_ray_data_actor_and_keeps_the_rest():
     import ray.train
     from ray.train.v2._internal.callbacks.datasets import DatasetsCallback
-    from ray.train.v2._internal.callbacks.placement_group_callback import PlacementGroupCleanerCallback
+    from ray.train.v2._internal.callbacks.placement_group_callback import (
+        PlacementGroupCleanerCallback,
+    )
 
     from pipeline.train_run import lean_torch_trainer
 
