@@ -80,9 +80,10 @@ def trial_driver(config: dict[str, Any], shared: dict[str, Any]) -> None:
         )
         error = None
         done = threading.Event()
-        # Tune's report blocks until Tune takes the result; this thread does it while this one
-        # stays in fit(), so a trial Tune stops still has a live trial thread and gets a fresh
-        # actor (the old one, and with it the Train run, is killed) instead of a reused one.
+        # Tune's report blocks until Tune takes the result; a second thread does it while this
+        # one stays in fit(), as with TuneReportCallback. A trial Tune stops is therefore still
+        # in fit(): its actor must not be reused (run_sweep turns reuse off under ASHA), it is
+        # killed, and the Train run with it.
         forwarder = threading.Thread(target=forward_reports, args=(relay, tune.report, done), daemon=True)
         forwarder.start()
         try:
