@@ -449,8 +449,9 @@ def run_sweep(
             # but not safely a trial ASHA stops: its driver is still inside fit(), Tune 2.60 caches
             # the actor anyway, its reset fails, and Tune fails the *next* trial with "Could not
             # re-use actor" and then waits on it forever (measured: a 6-trial ASHA sweep hung). So
-            # with ASHA every trial gets a fresh actor; killing the stopped one ends its Train run.
-            reuse_actors = spec.search.scheduler != "asha"
+            # with ASHA (any scheduler that stops trials) every trial gets a fresh actor; killing
+            # the stopped one ends its Train run. Only FIFO never stops a trial mid-run.
+            reuse_actors = spec.search.scheduler == "fifo"
             tuner = tune.Tuner(
                 trainable,
                 param_space={"trial": tune.grid_search([t.to_dict() for t in trials])},

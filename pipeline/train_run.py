@@ -5,8 +5,8 @@ cleaner and a synchronisation actor (all needed), plus two actors drydock has no
 `ray.util.queue` actor behind Tune's `TuneReportCallback`, and the `DatasetManager` of Train's
 Ray Data integration, created even when the trainer gets no datasets (it imports Ray Data, about
 1 s of CPU). Each actor is one more Python process per trial, started and importing on the CPUs
-the trials train on, and the processes of a trial start one after another (Ray starts at most
-one worker process per CPU at a time). `benchmarks/sweep_overhead.py` measures what this saves.
+the trials train on, and the processes of a trial start one after another (and Ray starts at
+most as many worker processes at once as the node has CPUs). `benchmarks/sweep_overhead.py` measures what this saves.
 
 Imported by the trial driver (a Tune actor that already holds Ray Train) and, when Ray unpickles
 `ReportRelay`, by the Train controller: it imports nothing heavier than Ray Train itself.
