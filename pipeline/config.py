@@ -209,6 +209,12 @@ class TrainConfig(_Model):
     bf16: Literal["auto", "on", "off"] = "auto"  # auto: bf16 autocast on a GPU that supports it
     progress_bar: bool = True
 
+    @field_validator("bf16", mode="before")
+    @classmethod
+    def _bool_is_on_or_off(cls, v: Any) -> Any:
+        # `bf16: true` is how Hugging Face's TrainingArguments spell it; take it as "on"
+        return ("on" if v else "off") if isinstance(v, bool) else v
+
 
 # ----------------------------------------------------------------------------------------------
 # search, resources, tracking, selection
@@ -381,6 +387,27 @@ def _expand_env(node: Any, path: str, problems: list[str]) -> Any:
     return node
 
 
+class _SpecLoader(yaml.SafeLoader):
+    """Safe YAML with YAML 1.2 booleans: only true/false are booleans.
+
+    PyYAML follows YAML 1.1, where on/off/yes/no are booleans too, so `bf16: on` arrived as True
+    and was rejected by a field whose documented values are "auto", "on", "off". Boolean fields
+    lose nothing: pydantic still reads "on"/"off"/"yes"/"no" as booleans.
+    """
+
+
+_BOOL_TAG = "tag:yaml.org,2002:bool"
+_SpecLoader.yaml_implicit_resolvers = {
+    first: [(tag, rx) for tag, rx in resolvers if tag != _BOOL_TAG]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_SpecLoader.add_implicit_resolver(_BOOL_TAG, re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF"))
+
+
+def _load_yaml(text: str) -> Any:
+    return yaml.load(text, Loader=_SpecLoader)  # noqa: S506 - a SafeLoader subclass
+
+
 def parse_override(text: str) -> tuple[list[str], Any]:
     """`a.b.c=value` → (["a","b","c"], value), the value parsed as YAML (safely: never code)."""
     if "=" not in text:
@@ -390,7 +417,7 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     if not parts:
         raise SpecError(f"--set {text}: empty key")
     try:
-        value = yaml.safe_load(raw) if raw.strip() else None
+        value = _load_yaml(raw) if raw.strip() else None
     except yaml.YAMLError as e:
         raise SpecError(f"--set {text}: value is not valid YAML ({e.__class__.__name__})") from None
     return parts, value
@@ -469,7 +496,7 @@ def load_spec(path: str | Path, overrides: list[str] | None = None) -> SweepSpec
     if not path.is_file():
         raise SpecError(f"{path}: spec file not found")
     try:
-        raw = yaml.safe_load(path.read_text())
+        raw = _load_yaml(path.read_text())
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark else ""

@@ -122,3 +122,33 @@ def test_validate_cli_exit_codes(tmp_path):
     assert "Traceback" not in fail.stderr
     missing = run(tmp_path / "nope.yaml")
     assert missing.returncode == 2 and "spec file not found" in missing.stderr
+
+
+def test_bf16_takes_the_yaml_words_on_and_off(tmp_path):
+    # PyYAML reads `on`/`off` as booleans; the field's own words must still work, in a file and
+    # through --set, and a wrong word is still named
+    spec_file = tmp_path / "s.yaml"
+    spec_file.write_text(yaml.safe_dump(MINIMAL) + "train: {bf16: on}\n")
+    assert load_spec(spec_file).train.bf16 == "on"
+    assert spec_from_dict(MINIMAL, ["train.bf16=off"]).train.bf16 == "off"
+    assert spec_from_dict(MINIMAL, ["train.bf16=true"]).train.bf16 == "on"
+    assert spec_from_dict(MINIMAL, ["train.bf16=auto"]).train.bf16 == "auto"
+    (line,) = problems(MINIMAL, ["train.bf16=always"])
+    assert line.startswith("train.bf16: ") and "'always'" in line
+
+
+def test_gpu_smoke_script_specs_validate():
+    # the GPU check runs only where a GPU is lent; its spec overrides are checked on every run
+    run = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_smoke.sh"), "--check"], capture_output=True, text=True,
+                         env={"PATH": "/usr/bin:/bin", "PYTHON": sys.executable})
+    assert run.returncode == 0, run.stderr
+    assert "sweep 'gpu-ddp'" in run.stdout and "sweep 'gpu-deepspeed'" in run.stdout
+
+
+def test_only_true_and_false_are_yaml_booleans():
+    # YAML 1.2 booleans; bool fields still take on/off/yes/no through pydantic
+    cofi = {**MINIMAL, "methods": {"cofi": {"layer_order_constraint": {"grid": ["on", "off"]}}}}
+    spec = spec_from_dict(cofi, ["methods.cofi.layer_order_constraint={grid: [on, off]}", "train.progress_bar=off"])
+    assert domain_candidates(spec.methods["cofi"]["layer_order_constraint"]) == ["on", "off"]
+    assert spec.train.progress_bar is False
+    assert spec_from_dict(MINIMAL, ["train.progress_bar=yes"]).train.progress_bar is True
