@@ -258,6 +258,13 @@ class ResourcesConfig(_Model):
     deepspeed: DeepSpeedConfig = DeepSpeedConfig()
     address: str | None = None  # a Ray cluster; None: RAY_ADDRESS or a local instance
     storage_path: str | None = None  # shared path or URI for checkpoints; None: the workdir
+    # Where the teacher is fine-tuned (when not cached): `driver` in the sweep's own process, or
+    # `workers`: one Ray Train run with a trial's workers, GPUs and strategy. auto: workers when
+    # trials use GPUs (the driver sits on a cluster's head node, which has none), else driver.
+    teacher_placement: Literal["auto", "driver", "workers"] = "auto"
+
+    def teacher_on_workers(self) -> bool:
+        return self.teacher_placement == "workers" or (self.teacher_placement == "auto" and self.use_gpu)
 
 
 class TrackingConfig(_Model):

@@ -17,7 +17,7 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from transformers import AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
@@ -26,6 +26,9 @@ from pipeline.config import SweepSpec, TrainConfig
 from pipeline.data import PreparedData, load_raw, prepare_data, train_texts
 from pipeline.models import load_finetuned, load_tokenizer, pretrained_loader, tokenizer_id
 from pipeline.text_tokenizer import train_wordpiece
+
+if TYPE_CHECKING:
+    from pipeline.loop import Distributed
 
 TEACHER_SEED = 0
 
@@ -168,13 +171,8 @@ def teacher_train_config(spec: SweepSpec) -> TrainConfig:
     )
 
 
-def ensure_teacher(spec: SweepSpec, prepared: Prepared, workdir: Path, log: Callable[[str], None] = print) -> TeacherResult:
-    """The fine-tuned teacher: given by the spec, cached, or fine-tuned now (the `finetune`
-    method on every layer of the pretrained checkpoint) and cached for every later trial."""
-    from methods.finetune import Finetune
-    from pipeline import loop
-    from pipeline.export import save_student
-
+def existing_teacher(spec: SweepSpec, prepared: Prepared, workdir: Path) -> TeacherResult | None:
+    """The teacher the spec gives, or the one cached for these inputs; None: it must be fine-tuned."""
     if spec.teacher.finetuned:
         path = Path(spec.teacher.finetuned)
         metrics_file = path / "teacher_metrics.json"
@@ -183,10 +181,21 @@ def ensure_teacher(spec: SweepSpec, prepared: Prepared, workdir: Path, log: Call
     key = teacher_key(spec, prepared)
     final = workdir / "teachers" / key
     if (final / "teacher_metrics.json").is_file():
-        log(f"teacher: reusing the fine-tuned teacher in {final} (same task, teacher, data and settings)")
         return TeacherResult(final, json.loads((final / "teacher_metrics.json").read_text()), reused=True, key=key)
+    return None
 
-    log(f"teacher: fine-tuning {spec.teacher.model} on {spec.task.name} (cached as {final})")
+
+def finetune_teacher(spec: SweepSpec, prepared: Prepared, workdir: Path, dist: Distributed | None = None) -> TeacherResult | None:
+    """Fine-tune the teacher (the `finetune` method on every layer of the pretrained checkpoint)
+    and cache it under `<workdir>/teachers/<key>`. Under DDP or DeepSpeed every rank calls this;
+    rank 0 writes the cache and gets the result, the other ranks get None."""
+    from methods.finetune import Finetune
+    from pipeline import loop
+    from pipeline.export import save_student
+
+    dist = dist or loop.Distributed()
+    key = teacher_key(spec, prepared)
+    final = workdir / "teachers" / key
     train = teacher_train_config(spec)
     ctx = method_context(spec, prepared, None, TEACHER_SEED, learning_rate=train.learning_rate)
     pretrained = ctx.load_pretrained()
@@ -195,8 +204,10 @@ def ensure_teacher(spec: SweepSpec, prepared: Prepared, workdir: Path, log: Call
     method = Finetune({"init_from": "pretrained", "num_layers": depth}, ctx)
     result = loop.run(
         method, train_set=prepared.data.train, dev=prepared.data.dev, task=prepared.data.task,
-        train=train, seed=TEACHER_SEED, pad_id=prepared.pad_id,
+        train=train, seed=TEACHER_SEED, dist=dist, pad_id=prepared.pad_id,
     )
+    if not dist.is_main:
+        return None
     metrics = {**result.best_metrics, "train_seconds": result.train_seconds, "steps": float(result.steps)}
 
     def build(tmp: Path) -> None:
@@ -206,6 +217,20 @@ def ensure_teacher(spec: SweepSpec, prepared: Prepared, workdir: Path, log: Call
 
     _atomic_dir(final, build)
     return TeacherResult(final, metrics, reused=False, key=key)
+
+
+def ensure_teacher(spec: SweepSpec, prepared: Prepared, workdir: Path, log: Callable[[str], None] = print) -> TeacherResult:
+    """The fine-tuned teacher: given by the spec, cached, or fine-tuned now in this process and
+    cached for every later trial."""
+    existing = existing_teacher(spec, prepared, workdir)
+    if existing is not None:
+        if existing.key != "given":
+            log(f"teacher: reusing the fine-tuned teacher in {existing.path} (same task, teacher, data and settings)")
+        return existing
+    log(f"teacher: fine-tuning {spec.teacher.model} on {spec.task.name} (cached as {workdir / 'teachers' / teacher_key(spec, prepared)})")
+    result = finetune_teacher(spec, prepared, workdir)
+    assert result is not None  # a single process is rank 0
+    return result
 
 
 def primary_metric_value(metrics: dict[str, float], prepared: Prepared) -> float | None:

@@ -354,7 +354,8 @@ def run_sweep(
     from ray import tune
     from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
 
-    from pipeline.stages import ensure_teacher, prepare
+    from pipeline.stages import ensure_teacher, existing_teacher, prepare
+    from pipeline.teacher_run import finetune_teacher_on_workers
     from pipeline.tracking import SweepTracker
 
     workdir = workdir.resolve()
@@ -377,13 +378,28 @@ def run_sweep(
         if previous:
             os.replace(paths.results, sweep_dir / "runs" / previous / results_table.RESULTS_FILE)
 
-    # prepare and teacher: once, in this process, cached for every trial
+    # prepare: once, in this process, cached for every trial
     t0 = time.time()
     prepared = prepare(spec, workdir)
     log(f"prepare: {prepared.data.num_train} training examples, fingerprint {prepared.data.fingerprint} ({time.time() - t0:.1f}s)")
-    # The teacher is needed even when no method distils from it: retention and speedup are
-    # measured against it.
-    teacher = ensure_teacher(spec, prepared, workdir, log=log)
+
+    init_ray(address or spec.resources.address, spec.resources.use_gpu)
+    # Checkpoints and Tune state: the run folder, or the spec's shared path/URI on a cluster
+    # (every node must reach it; a node-local path breaks retries on another node).
+    if spec.resources.storage_path:
+        storage_root, tune_name = spec.resources.storage_path.rstrip("/"), f"{spec.name}-{run_id}-tune"
+        train_storage = f"{storage_root}/{spec.name}-{run_id}-train"
+    else:
+        storage_root, tune_name, train_storage = str(paths.run_dir), "tune", str(paths.run_dir / "train")
+    experiment_path = f"{storage_root}/{tune_name}"
+
+    # teacher: once, cached for every trial and later sweep. Needed even when no method distils
+    # from it: retention and speedup are measured against it.
+    if spec.resources.teacher_on_workers() and existing_teacher(spec, prepared, workdir) is None:
+        teacher = finetune_teacher_on_workers(spec, prepared, workdir, storage_path=train_storage,
+                                              deepspeed_preset=deepspeed_preset, log=log)
+    else:
+        teacher = ensure_teacher(spec, prepared, workdir, log=log)
     metric_name = prepared.data.task.primary_metric
     metric_key = f"eval/{metric_name}"
     teacher_metric = teacher.metrics.get(metric_key)
@@ -406,15 +422,6 @@ def run_sweep(
     _save_state(sweep_dir, {"run_id": run_id, "parent_run_id": tracker.parent_id, "status": "running"})
     log(f"search: {len(trials)} trials ({', '.join(sorted({t.method for t in trials}))}) × seeds {spec.seeds}; run {run_id}")
 
-    init_ray(address or spec.resources.address, spec.resources.use_gpu)
-    # Checkpoints and Tune state: the run folder, or the spec's shared path/URI on a cluster
-    # (every node must reach it; a node-local path breaks retries on another node).
-    if spec.resources.storage_path:
-        storage_root, tune_name = spec.resources.storage_path.rstrip("/"), f"{spec.name}-{run_id}-tune"
-        train_storage = f"{storage_root}/{spec.name}-{run_id}-train"
-    else:
-        storage_root, tune_name, train_storage = str(paths.run_dir), "tune", str(paths.run_dir / "train")
-    experiment_path = f"{storage_root}/{tune_name}"
     shared = {
         "spec": spec_to_dict(spec),
         "workdir": str(workdir),

@@ -95,3 +95,16 @@ def train_worker(config: dict[str, Any]) -> None:
         raise
     if rank == 0:
         write_outcome(output_dir, {"status": "finished", **outcome.metrics, "student_path": str(outcome.student_path)})
+
+
+def teacher_worker(config: dict[str, Any]) -> None:
+    """Ray Train's `train_loop_per_worker` for the teacher stage (`pipeline.teacher_run`): every
+    rank fine-tunes together under the spec's strategy; rank 0 writes the teacher cache. A failure
+    propagates, so Train retries it and the driver stops the sweep with the reason."""
+    from pipeline.stages import finetune_teacher, prepare
+
+    spec = spec_from_dict(config["spec"])
+    workdir = Path(config["workdir"])
+    torch.set_num_threads(int(config["threads"]))
+    dist = _distributed(spec.resources.model_dump(), config.get("deepspeed_preset"))
+    finetune_teacher(spec, prepare(spec, workdir), workdir, dist)

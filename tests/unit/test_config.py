@@ -152,3 +152,11 @@ def test_only_true_and_false_are_yaml_booleans():
     assert domain_candidates(spec.methods["cofi"]["layer_order_constraint"]) == ["on", "off"]
     assert spec.train.progress_bar is False
     assert spec_from_dict(MINIMAL, ["train.progress_bar=yes"]).train.progress_bar is True
+
+
+def test_teacher_placement_follows_the_trials_onto_gpus():
+    where = lambda *sets: spec_from_dict(MINIMAL, list(sets)).resources.teacher_on_workers()
+    assert where() is False  # CPU trials: the driver fine-tunes it (no Train start-up to pay)
+    assert where("resources.use_gpu=true") is True  # the driver's node may have no GPU
+    assert where("resources.use_gpu=true", "resources.teacher_placement=driver") is False
+    assert where("resources.teacher_placement=workers") is True
