@@ -5,7 +5,8 @@ can be lucky, so every decision here is taken on the seed mean of a configuratio
 single trial:
 
 - `aggregate` — one row per configuration: n, mean and std of the metric over seeds, mean
-  latency, speedup and size, and the best seed (whose export the registry gets). Only
+  latency, speedup and size, the best seed (whose export the registry gets), and a label that
+  shows only what tells the configuration apart (`label_params`). Only
   *finished* trials count: a failed trial has no student, and a trial ASHA stopped was cut
   short, so its metric says how fast it learned rather than where it ended.
 - `pareto_mask` / `select` — the Pareto front on (mean metric ↑, latency ↓) [, num_params ↓].
@@ -30,6 +31,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -37,6 +39,7 @@ import pandas as pd
 from scipy import stats
 
 from pipeline.config import SelectionConfig
+from pipeline.results import flatten
 
 PARAM_PREFIX = "params."
 
@@ -82,6 +85,36 @@ def config_label(method: str, params: dict[str, Any]) -> str:
     return f"{method} {shown}".strip()
 
 
+@lru_cache(maxsize=None)
+def method_defaults(method: str) -> dict[str, Any] | None:
+    """A method's parameter defaults as results.parquet stores them; None where the method is
+    not installed here (its labels then list every parameter)."""
+    from methods import get_method
+
+    try:
+        fields = get_method(method).Params.model_fields
+    except (KeyError, ImportError, TypeError):
+        return None
+    defaults = flatten(PARAM_PREFIX.rstrip("."), {k: f.get_default(call_default_factory=True) for k, f in fields.items()})
+    return {column[len(PARAM_PREFIX):]: _plain(v) for column, v in defaults.items()}
+
+
+def label_params(method: str, params: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The parameters a label shows for each of one method's configurations: those that differ
+    between its configurations, and those set away from the method's default. A trial records
+    every parameter (CoFi has 16), and a label listing them all is unreadable; the full set stays
+    in the `params` column, the registry's `params` tag and MLflow. Labels stay unique: two
+    configurations differ in some parameter, which is then shown on both."""
+    defaults = method_defaults(method)
+    keys = set().union(*params) if params else set()
+    varying = {k for k in keys if len({json.dumps(_plain(p.get(k)), sort_keys=True, default=str) for p in params}) > 1}
+
+    def shown(k: str, v: Any) -> bool:
+        return defaults is None or k in varying or k not in defaults or defaults[k] != _plain(v)
+
+    return [{k: v for k, v in p.items() if shown(k, v)} for p in params]
+
+
 def candidates(frame: pd.DataFrame) -> pd.Series:
     """Rows that take part in selection: finished, with a metric."""
     if not len(frame):
@@ -100,13 +133,17 @@ def aggregate(frame: pd.DataFrame) -> pd.DataFrame:
     params = [row_params(r) for _, r in rows.iterrows()]
     rows["params"] = params
     rows["config_key"] = [config_key(m, p) for m, p in zip(rows["method"].astype(str), params)]
+    labels: dict[str, str] = {}
+    for method, group in rows.drop_duplicates("config_key").groupby(rows["method"].astype(str), sort=False):
+        for key, shown in zip(group["config_key"], label_params(method, list(group["params"]))):
+            labels[key] = config_label(method, shown)
     out = []
     for key, group in rows.groupby("config_key", sort=False):
         best = group.loc[group["metric"].astype("float64").idxmax()]
         metric = group["metric"].astype("float64")
         out.append({
             "config_key": key,
-            "config": config_label(str(best["method"]), best["params"]),
+            "config": labels[key],
             "method": str(best["method"]),
             "params": best["params"],
             "n": len(group),

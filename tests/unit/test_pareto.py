@@ -47,8 +47,8 @@ def test_aggregate_over_seeds_ignores_failed_and_stopped_trials():
         trial("finetune", 0, 0.70, 2.0, num_layers=2),  # a single seed
     ])
     configs = by_config(aggregate(frame))
-    assert set(configs) == {"kd alpha=0.5", "finetune num_layers=2"}
-    kd = configs["kd alpha=0.5"]
+    assert set(configs) == {"kd", "finetune num_layers=2"}  # kd's alpha=0.5 is its default
+    kd = configs["kd"]
     assert kd["n"] == 3 and kd["seeds"] == (0, 1, 2)
     assert kd["metric_mean"] == pytest.approx(0.82)
     assert kd["metric_std"] == pytest.approx(np.std([0.80, 0.84, 0.82], ddof=1))
@@ -113,8 +113,27 @@ def test_champion_respects_the_latency_budget_and_breaks_ties_by_latency():
     configs = aggregate(frame)
     assert choose_champion(configs, SelectionConfig(max_latency_ms=3.0))["config"] == "pkd beta=1"  # tie at 0.75: faster
     assert choose_champion(configs, SelectionConfig(min_speedup=5.0))["config"] == "pkd beta=1"  # 10/1.5 ≥ 5, 10/2 = 5 too
-    assert choose_champion(configs, SelectionConfig(min_speedup=2.0))["config"] == "kd alpha=0.5"
+    assert choose_champion(configs, SelectionConfig(min_speedup=2.0))["config"] == "kd"
     assert choose_champion(configs, SelectionConfig(max_latency_ms=1.0)) is None
+
+
+def test_labels_show_what_tells_configurations_apart():
+    # trials record every parameter; a label shows those that vary within the method or that
+    # differ from its default (kd: alpha 0.5, temperature 2), and names unknown methods in full
+    kd = lambda seed, alpha, temperature: trial("kd", seed, 0.8, 4.0, alpha=alpha, temperature=temperature, init_from="finetuned")
+    frame = table([
+        kd(0, 0.5, 5.0), kd(1, 0.5, 5.0), kd(0, 0.9, 5.0),
+        trial("finetune", 0, 0.7, 2.0, num_layers=2, init_from="finetuned"),
+        trial("cofi", 0, 0.75, 1.0, target_sparsity=0.9, reg_learning_rate=0.01, pruning_fraction=0.6,
+              droprate_init=0.5, finetune_distill=True, layer_order_constraint="auto", learning_rate=None),
+        trial("mine", 0, 0.7, 1.0, knob=3),
+    ])
+    labels = sorted(aggregate(frame)["config"])
+    assert labels == ["cofi target_sparsity=0.9", "finetune num_layers=2", "kd alpha=0.5 temperature=5",
+                      "kd alpha=0.9 temperature=5", "mine knob=3"]
+    # the full parameters stay with each configuration
+    cofi = aggregate(frame).set_index("method").loc["cofi", "params"]
+    assert cofi["reg_learning_rate"] == 0.01 and cofi["finetune_distill"] is True
 
 
 def test_bootstrap_interval_contains_the_true_difference():
