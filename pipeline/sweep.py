@@ -181,6 +181,7 @@ def make_callback(spec: SweepSpec, paths: SweepPaths, tracker, metric_name: str,
 
         def __init__(self) -> None:
             self.last: dict[str, dict[str, Any]] = {}
+            self.ended: set[str] = set()  # trials whose driver reported its final result
             self.verifier = None
             self.recorder: ThreadPoolExecutor | None = None
 
@@ -220,9 +221,10 @@ def make_callback(spec: SweepSpec, paths: SweepPaths, tracker, metric_name: str,
                          {"drydock.method": t.method, "ray_trial_id": trial.trial_id})
 
         def on_trial_result(self, iteration, trials, trial, result, **info):
-            if result.get("drydock_final"):
-                return
             t = self._trial(trial)
+            if result.get("drydock_final"):
+                self.ended.add(t.key)
+                return
             self.last[t.key] = result
             metrics = {k: v for k, v in result.items() if k.split("/")[0] in ("eval", "schedule") or k.startswith("eval_") or k == "epoch"}
             step = int(result.get("step", 0))  # read now: Tune owns `result`
@@ -230,7 +232,8 @@ def make_callback(spec: SweepSpec, paths: SweepPaths, tracker, metric_name: str,
 
         def on_trial_complete(self, iteration, trials, trial, **info):
             t = self._trial(trial)
-            self._record(f"trial {t.key}", self._finish, t, None, dict(self.last.get(t.key, {})))
+            stopped = t.key not in self.ended  # complete without its final report: the scheduler stopped it
+            self._record(f"trial {t.key}", self._finish, t, None, dict(self.last.get(t.key, {})), stopped)
 
         def on_trial_error(self, iteration, trials, trial, **info):
             t = self._trial(trial)
@@ -283,14 +286,19 @@ def make_callback(spec: SweepSpec, paths: SweepPaths, tracker, metric_name: str,
                 if t.key in done:  # drained above: every row this driver wrote is in the table
                     continue
                 error = str(result.error) if result.error is not None else None
+                stopped = error is None and not (result.metrics or {}).get("drydock_final")
                 last = {k: v for k, v in (result.metrics or {}).items() if not k.startswith("drydock_")}
-                self._record(f"trial {t.key}", self._finish, t, error, last)
+                self._record(f"trial {t.key}", self._finish, t, error, last, stopped)
             self.drain()
 
-        def _finish(self, t: TrialSpec, error: str | None, last: dict[str, Any]) -> None:
+        def _finish(self, t: TrialSpec, error: str | None, last: dict[str, Any], stopped: bool = False) -> None:
             run_id = tracker.trial_run(t.key, {"method": t.method, "seed": t.seed, "config_id": t.config_id, "params": t.params},
                                        {"drydock.method": t.method})
             outcome = read_outcome(paths.trials_dir / t.key)
+            if stopped and outcome is not None and outcome.get("status") != "finished":
+                # Tune killed the trial's actor; its Train worker, cut off from the controller that
+                # died with it, may have written "failed: ActorDiedError" first. Not the trial's doing.
+                outcome = None
             if outcome is None:
                 # stopped by the scheduler (ASHA) before it finished, or lost
                 status = "stopped" if error is None else "failed"

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import pandas as pd
+
 from mlflow.tracking import MlflowClient
 
 from pipeline import results as results_table
@@ -71,3 +73,25 @@ def test_a_recording_error_is_reported_and_the_next_trial_still_recorded(tmp_pat
     assert any("recording trial" in m and "tracking server unreachable" in m for m in messages)
     frame = results_table.read_results(paths.results)
     assert list(frame["trial_id"]) == [second.key] and list(frame["status"]) == ["finished"]
+
+
+def test_a_trial_the_scheduler_stopped_is_stopped_whatever_its_dying_worker_wrote(tmp_path):
+    # When ASHA stops a trial, Tune kills its actor; the Train worker may still write a "failed"
+    # outcome (its controller died under it) before the driver records the trial. A trial that
+    # reached its final report is judged by its outcome, as before.
+    spec, workdir, tracker, paths, callback, messages = _setup(tmp_path)
+    stopped, failed = expand_trials(spec)
+    for t in (stopped, failed):
+        write_outcome(paths.trials_dir / t.key, {"status": "failed", "error": "ActorDiedError: The actor is dead because its owner has died."})
+    trial = lambda t: SimpleNamespace(config={"trial": t.to_dict()}, trial_id=t.key)
+    callback.on_trial_result(0, [], trial(stopped), {"eval/accuracy": 0.55, "step": 8, "epoch": 1.0})
+    callback.on_trial_complete(0, [], trial(stopped))
+    callback.on_trial_result(0, [], trial(failed), {"eval/accuracy": 0.6, "step": 8, "epoch": 1.0})
+    callback.on_trial_result(0, [], trial(failed), {"drydock_final": 1.0, "eval/accuracy": float("nan")})
+    callback.on_trial_complete(0, [], trial(failed))
+    callback.close()
+
+    frame = results_table.read_results(paths.results).set_index("trial_id")
+    assert frame.loc[stopped.key, "status"] == "stopped" and frame.loc[stopped.key, "metric"] == 0.55
+    assert frame.loc[stopped.key, "steps"] == 8 and pd.isna(frame.loc[stopped.key, "error"])
+    assert frame.loc[failed.key, "status"] == "failed" and "ActorDiedError" in frame.loc[failed.key, "error"]
