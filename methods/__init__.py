@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-from functools import lru_cache
+from functools import cache, lru_cache
 from importlib.metadata import entry_points
 
 from methods.base import Method
@@ -49,7 +49,7 @@ def registered_methods() -> list[str]:
     return sorted(_targets())
 
 
-@lru_cache(maxsize=None)
+@cache
 def get_method(name: str) -> type[Method]:
     targets = _targets()
     if name not in targets:

@@ -40,10 +40,10 @@ Rules a method follows:
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 import torch
 from pydantic import BaseModel, ConfigDict
@@ -180,7 +180,7 @@ class Method(ABC):
     def phases(self, total_steps: int) -> list[Phase]:
         """The training plan; steps should add up to total_steps unless the method says why."""
 
-    def start_phase(self, phase: Phase) -> None:
+    def start_phase(self, phase: Phase) -> None:  # noqa: B027 - an optional hook: most methods need none
         """Called before each phase's optimizer is built (surgery, freezing, switching losses)."""
 
     @abstractmethod

@@ -164,7 +164,7 @@ class Verifier:
                 self._proc.kill()
         self._tmp.cleanup()
 
-    def __enter__(self) -> "Verifier":
+    def __enter__(self) -> Verifier:
         return self
 
     def __exit__(self, *exc) -> None:

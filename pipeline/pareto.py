@@ -31,7 +31,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from typing import Any
 
 import numpy as np
@@ -85,7 +85,7 @@ def config_label(method: str, params: dict[str, Any]) -> str:
     return f"{method} {shown}".strip()
 
 
-@lru_cache(maxsize=None)
+@cache
 def method_defaults(method: str) -> dict[str, Any] | None:
     """A method's parameter defaults as results.parquet stores them; None where the method is
     not installed here (its labels then list every parameter)."""

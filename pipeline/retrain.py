@@ -19,10 +19,10 @@ import hashlib
 import json
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from pipeline.config import SweepSpec, spec_to_dict
 from pipeline.errors import DrydockError

@@ -38,7 +38,7 @@ class TrialSpec:
         return {"method": self.method, "params": self.params, "seed": self.seed, "config_id": self.config_id}
 
     @staticmethod
-    def from_dict(d: dict[str, Any]) -> "TrialSpec":
+    def from_dict(d: dict[str, Any]) -> TrialSpec:
         return TrialSpec(d["method"], dict(d["params"]), int(d["seed"]), d["config_id"])
 
 

@@ -15,9 +15,10 @@ import hashlib
 import json
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from transformers import AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 

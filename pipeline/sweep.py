@@ -24,10 +24,11 @@ import math
 import os
 import socket
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from pipeline import results as results_table
 from pipeline.config import SweepSpec, spec_to_dict

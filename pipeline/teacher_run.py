@@ -11,8 +11,9 @@ it), so the work directory must be shared by every node — which trials already
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from pipeline.config import SweepSpec, spec_to_dict
 from pipeline.errors import DrydockError

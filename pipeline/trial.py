@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from methods import get_method
 from methods._bert import count_parameters
@@ -48,11 +49,12 @@ def run_trial(
     *,
     prepared: Prepared | None = None,
     teacher: TeacherResult | None = None,
-    dist: loop.Distributed = loop.Distributed(),
+    dist: loop.Distributed | None = None,
     reporter: loop.Reporter | None = None,
     log: Callable[[str], None] = print,
     verify: bool = True,
 ) -> TrialOutcome:
+    dist = dist or loop.Distributed()  # one process: rank 0 of 1
     clock = time.perf_counter()
     timings: dict[str, float] = {}
 

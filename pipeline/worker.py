@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import tempfile
 import traceback
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import ray.train
 import torch

@@ -314,7 +314,7 @@ def test_select_stage_measures_selects_reports_and_registers(tmp_path, tiny_toke
     assert {a.path for a in client.list_artifacts(tracker.parent_id)} >= {"latency.json", "results.parquet", "report"}
     parent = client.get_run(tracker.parent_id)
     assert parent.data.metrics["teacher/latency_ms"] == pytest.approx(record["teacher"]["p50_ms"])
-    for trial_id, row in done.iterrows():
+    for _, row in done.iterrows():
         run = client.get_run(row["mlflow_run_id"])
         assert run.data.metrics["latency/p50_ms"] == pytest.approx(row["latency_ms"])
         assert run.data.tags["drydock.latency.device"].endswith(f"(cpu, 1 threads, torch {torch.__version__})")

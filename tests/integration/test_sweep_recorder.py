@@ -6,7 +6,6 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import pandas as pd
-
 from mlflow.tracking import MlflowClient
 
 from pipeline import results as results_table

@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tests.integration.test_sweep import SMOKE, ROOT, child_runs
+from tests.integration.test_sweep import ROOT, SMOKE, child_runs
 
 pytestmark = pytest.mark.ray
 

@@ -24,7 +24,6 @@ from methods._l0 import (
 )
 
 
-
 # P(z = 0) = sigmoid(β·log(1/11) − log α) and P(z = 1) = 1 − sigmoid(β·log(11) − log α), β = 2/3:
 # the unstretched value must fall below 1/12 or above 11/12 of the stretched interval (−0.1, 1.1).
 @pytest.mark.parametrize(

@@ -11,8 +11,8 @@ from methods import get_method
 from methods.base import MethodContext, StudentDefaults
 from pipeline import loop
 from pipeline.config import TrainConfig
-from tests.contract.test_method_contract import TASK, _Task, tiny_dataset
 from tests.conftest import make_tiny_bert
+from tests.contract.test_method_contract import TASK, _Task, tiny_dataset
 
 
 def kd_method(**params):
@@ -62,17 +62,17 @@ def test_gradient_accumulation_matches_one_big_batch():
     a, b = kd_method(), kd_method()
     for m in (a, b):
         m.ctx.teacher.config.hidden_dropout_prob = 0.0
-    a.build(); b.build()
+    a.build()
+    b.build()
     for m in (a, b):
         for mod in m.model.modules():
             if isinstance(mod, torch.nn.Dropout):
                 mod.p = 0.0
-    a.model = a.model; b.model = b.model
     plan_a, plan_b = a.phases(1), b.phases(1)
     groups_a, groups_b = a.param_groups(plan_a[0]), b.param_groups(plan_b[0])
     train = TrainConfig(batch_size=8, learning_rate=1e-2, warmup_ratio=0.0, max_grad_norm=0.0)
-    from tests.conftest import make_batch
     from methods.base import Progress
+    from tests.conftest import make_batch
 
     batch = make_batch(batch_size=8, seed=4)
     progress = Progress(0, 1, "finetune", 0, 1)

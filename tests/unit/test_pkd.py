@@ -70,7 +70,7 @@ def test_params_accept_the_searched_scalars_and_explicit_lists():
 
 def test_cls_states_picks_position_zero_after_each_layer():
     states = [torch.full((2, 3, 4), float(i)) for i in range(5)]  # entry 0: embeddings
-    for i, s in enumerate(states):
+    for s in states:
         s[:, 1:] = -1.0  # non-[CLS] positions must not be picked
     picked = cls_states(states, [0, 2])
     assert picked.shape == (2, 2, 4)
