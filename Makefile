@@ -16,9 +16,8 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q "$(TORCH_SPEC)"
 	$(BIN)/pip install -q -e ".[dev,demo]"
-	@# DeepSpeed compiles its CPU shared-memory collective on first use (minutes): do it once
-	@# here, cached in ~/.cache/torch_extensions, not inside a timed trial or test.
-	DS_ACCELERATOR=cpu $(BIN)/python -c "from deepspeed.accelerator import get_accelerator as a; b = a().create_op_builder('ShareMemCommBuilder'); b and b.load()"
+	@# No DeepSpeed op is compiled: on the CPU the loop keeps DeepSpeed from building its
+	@# shared-memory all-reduce (pipeline/loop.py, skip_cpu_shm_build), which training never uses.
 	touch $(STAMP)
 
 # Two pytest workers, one test file each at a time: the Ray/MLflow integration tests spend half

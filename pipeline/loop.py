@@ -256,6 +256,22 @@ class TrainStep(nn.Module):
         return self._method[0].loss(batch, progress)
 
 
+def skip_cpu_shm_build() -> None:
+    """Keep DeepSpeed on the CPU from compiling its shared-memory all-reduce.
+
+    DeepSpeed's communication backend JIT-compiles that C++ op when it starts on the CPU
+    accelerator: about 30 s the first time in each environment, and a failed start where no C++
+    compiler is installed. Only `inference_all_reduce` uses it; training's collectives all go
+    through torch.distributed (gloo here). Marked incompatible, the op is not built and nothing
+    else changes. Where a later DeepSpeed renames the op, this does nothing.
+    """
+    import deepspeed.ops
+
+    compatible = deepspeed.ops.__compatible_ops__
+    if "deepspeed_shm_comm" in compatible:
+        compatible["deepspeed_shm_comm"] = False
+
+
 class Engine:
     """One optimizer step's mechanics for plain, DDP and DeepSpeed training."""
 
@@ -267,6 +283,8 @@ class Engine:
         if dist.strategy == "deepspeed":
             import deepspeed
 
+            if dist.device.type == "cpu":
+                skip_cpu_shm_build()
             config = deepspeed_config(train, dist, micro_batch)
             self.deepspeed, self.optimizer, _, self.scheduler = deepspeed.initialize(
                 model=step_module, optimizer=self.optimizer, lr_scheduler=self.scheduler, config=config

@@ -42,7 +42,13 @@ def _worker(rank: int, world: int, strategy: str, zero_stage: int, port: int, ou
             seed=0, dist=loop.Distributed(strategy=strategy, world_size=world, rank=rank, zero_stage=zero_stage),
         )
         flat = torch.cat([p.detach().flatten() for p in method.model.parameters()])
-        torch.save({"params": flat, "steps": result.steps, "loss": result.history[-1]["loss/total"]}, f"{out}.{rank}")
+        shm_op = None
+        if strategy == "deepspeed":
+            from deepspeed.comm import comm as ds_comm
+
+            shm_op = ds_comm.cdb.shm_comm_op  # never built on the CPU (loop.skip_cpu_shm_build)
+        torch.save({"params": flat, "steps": result.steps, "loss": result.history[-1]["loss/total"],
+                    "shm_op_built": shm_op is not None}, f"{out}.{rank}")
     finally:
         dist.destroy_process_group()
 
@@ -55,6 +61,7 @@ def test_ranks_end_with_identical_weights(tmp_path, strategy, zero_stage, world)
     mp.spawn(_worker, args=(world, strategy, zero_stage, _free_port(), out), nprocs=world, join=True)
     results = [torch.load(f"{out}.{r}", weights_only=True) for r in range(world)]
     assert all(r["steps"] == 4 for r in results)
+    assert not any(r["shm_op_built"] for r in results)
     assert all(torch.isfinite(torch.tensor(r["loss"])) for r in results)
     for other in results[1:]:
         torch.testing.assert_close(other["params"], results[0]["params"], atol=1e-6, rtol=1e-5)
