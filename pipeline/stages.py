@@ -29,7 +29,7 @@ from pipeline.models import load_finetuned, load_tokenizer, pretrained_loader, t
 from pipeline.text_tokenizer import train_wordpiece
 
 if TYPE_CHECKING:
-    from pipeline.loop import Distributed
+    from pipeline.loop import Distributed, Reporter
 
 TEACHER_SEED = 0
 
@@ -186,7 +186,9 @@ def existing_teacher(spec: SweepSpec, prepared: Prepared, workdir: Path) -> Teac
     return None
 
 
-def finetune_teacher(spec: SweepSpec, prepared: Prepared, workdir: Path, dist: Distributed | None = None) -> TeacherResult | None:
+def finetune_teacher(
+    spec: SweepSpec, prepared: Prepared, workdir: Path, dist: Distributed | None = None, reporter: Reporter | None = None
+) -> TeacherResult | None:
     """Fine-tune the teacher (the `finetune` method on every layer of the pretrained checkpoint)
     and cache it under `<workdir>/teachers/<key>`. Under DDP or DeepSpeed every rank calls this;
     rank 0 writes the cache and gets the result, the other ranks get None."""
@@ -205,7 +207,7 @@ def finetune_teacher(spec: SweepSpec, prepared: Prepared, workdir: Path, dist: D
     method = Finetune({"init_from": "pretrained", "num_layers": depth}, ctx)
     result = loop.run(
         method, train_set=prepared.data.train, dev=prepared.data.dev, task=prepared.data.task,
-        train=train, seed=TEACHER_SEED, dist=dist, pad_id=prepared.pad_id,
+        train=train, seed=TEACHER_SEED, dist=dist, reporter=reporter, pad_id=prepared.pad_id,
     )
     if not dist.is_main:
         return None

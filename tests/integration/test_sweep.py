@@ -154,6 +154,10 @@ def test_deepspeed_zero2_trial_and_teacher_with_two_workers_finish_on_cpu(ray_lo
     outcome = json.loads(Path(frame.iloc[0]["student_path"]).parent.joinpath("outcome.json").read_text())
     assert outcome["strategy"] == "deepspeed" and outcome["world_size"] == 2
     assert any("on 2 Train worker(s) (deepspeed, CPU)" in m for m in messages), messages
+    # its evaluations (one per epoch) reached the driver's log while it trained
+    progress = [m for m in messages if m.startswith("teacher: step ")]
+    assert [m.split(":")[1] for m in progress] == [" step 16", " step 32"], messages
+    assert all(" accuracy 0." in m for m in progress), progress
     teacher = json.loads((teacher_dir / "teacher_metrics.json").read_text())
     assert teacher["steps"] == 2 * 512 / 32  # 2 epochs of the 512 examples at global batch 32
     assert frame.iloc[0]["teacher_metric"] == teacher["eval/accuracy"]
