@@ -11,10 +11,6 @@ it), so the work directory must be shared by every node — which trials already
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
-import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -36,7 +32,7 @@ def finetune_teacher_on_workers(
     """One Ray Train run that fine-tunes and caches the teacher; returns the cached teacher."""
     import ray.train
 
-    from pipeline.train_run import ReportRelay, forward_reports, lean_torch_trainer
+    from pipeline.train_run import lean_torch_trainer, relayed_reports
     from pipeline.worker import teacher_worker
 
     r = spec.resources
@@ -45,33 +41,25 @@ def finetune_teacher_on_workers(
     strategy = r.strategy if (r.workers_per_trial > 1 or r.strategy == "deepspeed") else "one process"
     log(f"teacher: fine-tuning {spec.teacher.model} on {spec.task.name} on {r.workers_per_trial} Train worker(s) "
         f"({strategy}, {'GPU' if r.use_gpu else 'CPU'}), cached as {workdir / 'teachers' / key}")
-    relay_dir = tempfile.mkdtemp(prefix="drydock-teacher-")  # this node's: the controller's too
-    relay = os.path.join(relay_dir, "reports.jsonl")
-    trainer = lean_torch_trainer(
-        teacher_worker,
-        train_loop_config={"spec": spec_to_dict(spec), "workdir": str(workdir), "deepspeed_preset": deepspeed_preset,
-                           "threads": max(1, int(r.cpus_per_worker))},
-        scaling_config=ray.train.ScalingConfig(num_workers=r.workers_per_trial, use_gpu=r.use_gpu, resources_per_worker=per_worker),
-        run_config=ray.train.RunConfig(
-            name=f"teacher-{key}", storage_path=storage_path, callbacks=[ReportRelay(relay)],
-            checkpoint_config=ray.train.CheckpointConfig(num_to_keep=1),
-            failure_config=ray.train.FailureConfig(max_failures=spec.search.max_failures),
-        ),
-    )
-    # every evaluation reaches this log while fit() waits: a GPU teacher can take many minutes
-    done = threading.Event()
-    progress = threading.Thread(target=forward_reports, args=(relay, lambda m: log(progress_line(m)), done), daemon=True)
-    progress.start()
-    try:
-        trainer.fit()
-    except Exception as e:  # Train's error wraps the worker's traceback; its last line says what
-        text = str(e).strip()
-        reason = text.splitlines()[-1] if text else type(e).__name__
-        raise DrydockError(f"teacher: fine-tuning on the Train workers failed: {reason}") from None
-    finally:
-        done.set()
-        progress.join()
-        shutil.rmtree(relay_dir, ignore_errors=True)
+    # every evaluation reaches the log while fit() waits: a GPU teacher can take many minutes
+    with relayed_reports(lambda m: log(progress_line(m))) as relay:
+        trainer = lean_torch_trainer(
+            teacher_worker,
+            train_loop_config={"spec": spec_to_dict(spec), "workdir": str(workdir), "deepspeed_preset": deepspeed_preset,
+                               "threads": max(1, int(r.cpus_per_worker))},
+            scaling_config=ray.train.ScalingConfig(num_workers=r.workers_per_trial, use_gpu=r.use_gpu, resources_per_worker=per_worker),
+            run_config=ray.train.RunConfig(
+                name=f"teacher-{key}", storage_path=storage_path, callbacks=[relay],
+                checkpoint_config=ray.train.CheckpointConfig(num_to_keep=1),
+                failure_config=ray.train.FailureConfig(max_failures=spec.search.max_failures),
+            ),
+        )
+        try:
+            trainer.fit()
+        except Exception as e:  # Train's error wraps the worker's traceback; its last line says what
+            text = str(e).strip()
+            reason = text.splitlines()[-1] if text else type(e).__name__
+            raise DrydockError(f"teacher: fine-tuning on the Train workers failed: {reason}") from None
     result = existing_teacher(spec, prepared, workdir)
     if result is None:
         raise DrydockError(f"teacher: the Train workers finished but {workdir / 'teachers' / key} holds no teacher: "

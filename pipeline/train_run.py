@@ -15,8 +15,12 @@ Imported by the trial driver (a Tune actor that already holds Ray Train) and, wh
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import tempfile
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +76,25 @@ def forward_reports(path: str | Path, report: Callable[[dict[str, Any]], None], 
         if finished:
             return
         done.wait(POLL_S)
+
+
+@contextmanager
+def relayed_reports(report: Callable[[dict[str, Any]], None]) -> Iterator[ReportRelay]:
+    """A `ReportRelay` for one Train run's `RunConfig.callbacks`, with a thread that hands each of
+    its records to `report` while the caller waits in `fit()` (Tune's report blocks until Tune
+    takes the result, so it cannot run on the thread inside `fit()`). On exit the last records
+    are delivered and the relay file removed."""
+    relay_dir = tempfile.mkdtemp(prefix="drydock-reports-")  # this node's: the controller's too
+    path = os.path.join(relay_dir, "reports.jsonl")
+    done = threading.Event()
+    thread = threading.Thread(target=forward_reports, args=(path, report, done), daemon=True)
+    thread.start()
+    try:
+        yield ReportRelay(path)
+    finally:
+        done.set()
+        thread.join()
+        shutil.rmtree(relay_dir, ignore_errors=True)
 
 
 def lean_torch_trainer(*args: Any, **kwargs: Any) -> TorchTrainer:

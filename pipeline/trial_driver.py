@@ -12,9 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +45,7 @@ def trial_driver(config: dict[str, Any], shared: dict[str, Any]) -> None:
     import ray.train
     from ray import tune
 
-    from pipeline.train_run import ReportRelay, forward_reports, lean_torch_trainer
+    from pipeline.train_run import lean_torch_trainer, relayed_reports
 
     trial = TrialSpec.from_dict(config["trial"])
     trial_dir = Path(shared["trials_dir"]) / trial.key
@@ -58,42 +55,33 @@ def trial_driver(config: dict[str, Any], shared: dict[str, Any]) -> None:
         per_worker = {"CPU": resources["cpus_per_worker"]}
         if resources["use_gpu"]:
             per_worker["GPU"] = resources["gpus_per_worker"]
-        relay_dir = tempfile.mkdtemp(prefix="drydock-reports-")  # this node's: the controller's too
-        relay = os.path.join(relay_dir, "reports.jsonl")
-        trainer = lean_torch_trainer(
-            train_worker,
-            train_loop_config={
-                "spec": shared["spec"], "trial": trial.to_dict(), "workdir": shared["workdir"],
-                "output_dir": str(trial_dir), "teacher": shared["teacher"], "deepspeed_preset": shared["deepspeed_preset"],
-                "threads": max(1, int(resources["cpus_per_worker"])),
-            },
-            scaling_config=ray.train.ScalingConfig(
-                num_workers=resources["workers_per_trial"], use_gpu=resources["use_gpu"], resources_per_worker=per_worker
-            ),
-            run_config=ray.train.RunConfig(
-                name=f"train-{trial.key}",  # unique and stable: a retry or restore resumes from it
-                storage_path=shared["train_storage"],
-                callbacks=[ReportRelay(relay)],
-                checkpoint_config=ray.train.CheckpointConfig(num_to_keep=1),
-                failure_config=ray.train.FailureConfig(max_failures=shared["max_failures"], controller_failure_limit=3),
-            ),
-        )
         error = None
-        done = threading.Event()
-        # Tune's report blocks until Tune takes the result; a second thread does it while this
-        # one stays in fit(), as with TuneReportCallback. A trial Tune stops is therefore still
-        # in fit(): its actor must not be reused (run_sweep turns reuse off under ASHA), it is
-        # killed, and the Train run with it.
-        forwarder = threading.Thread(target=forward_reports, args=(relay, tune.report, done), daemon=True)
-        forwarder.start()
-        try:
-            trainer.fit()
-        except Exception as e:  # the worker's own outcome.json says more when it got that far
-            error = f"{type(e).__name__}: {str(e).strip().splitlines()[-1] if str(e).strip() else ''}"
-        finally:
-            done.set()
-            forwarder.join()
-            shutil.rmtree(relay_dir, ignore_errors=True)
+        # A trial Tune stops is still in fit() (reports reach Tune from the relay's thread): its
+        # actor must not be reused (run_sweep turns reuse off under ASHA), it is killed, and the
+        # Train run with it.
+        with relayed_reports(tune.report) as relay:
+            trainer = lean_torch_trainer(
+                train_worker,
+                train_loop_config={
+                    "spec": shared["spec"], "trial": trial.to_dict(), "workdir": shared["workdir"],
+                    "output_dir": str(trial_dir), "teacher": shared["teacher"], "deepspeed_preset": shared["deepspeed_preset"],
+                    "threads": max(1, int(resources["cpus_per_worker"])),
+                },
+                scaling_config=ray.train.ScalingConfig(
+                    num_workers=resources["workers_per_trial"], use_gpu=resources["use_gpu"], resources_per_worker=per_worker
+                ),
+                run_config=ray.train.RunConfig(
+                    name=f"train-{trial.key}",  # unique and stable: a retry or restore resumes from it
+                    storage_path=shared["train_storage"],
+                    callbacks=[relay],
+                    checkpoint_config=ray.train.CheckpointConfig(num_to_keep=1),
+                    failure_config=ray.train.FailureConfig(max_failures=shared["max_failures"], controller_failure_limit=3),
+                ),
+            )
+            try:
+                trainer.fit()
+            except Exception as e:  # the worker's own outcome.json says more when it got that far
+                error = f"{type(e).__name__}: {str(e).strip().splitlines()[-1] if str(e).strip() else ''}"
         outcome = read_outcome(trial_dir)
         if outcome is None:  # it failed before the worker could say why: record it here
             outcome = {"status": "failed", "error": error or "the trial ended without an outcome"}

@@ -8,9 +8,10 @@ import json
 import math
 import threading
 import time
+from pathlib import Path
 from types import SimpleNamespace
 
-from pipeline.train_run import ReportRelay, forward_reports
+from pipeline.train_run import ReportRelay, forward_reports, relayed_reports
 
 
 def _forward_in_thread(path):
@@ -51,6 +52,17 @@ def test_the_relay_writes_rank_zeros_metrics_and_the_checkpoint_path(tmp_path):
         {"eval/accuracy": 0.75, "step": 10},
         {"eval/accuracy": 0.8, "step": 20, "checkpoint_path": "/ckpt/checkpoint_000001"},
     ]
+
+
+def test_relayed_reports_delivers_every_record_before_it_returns_and_cleans_up():
+    got = []
+    with relayed_reports(got.append) as relay:
+        relay.after_report(None, [{"step": 8, "eval/accuracy": 0.5}], None)
+        relay.after_report(None, [{"step": 16, "eval/accuracy": 0.75}], None)  # just before the end
+        folder = Path(relay.path).parent
+        assert folder.is_dir()
+    assert got == [{"step": 8, "eval/accuracy": 0.5}, {"step": 16, "eval/accuracy": 0.75}]
+    assert not folder.exists()
 
 
 def test_a_trainer_without_datasets_starts_no_ray_data_actor_and_keeps_the_rest():
