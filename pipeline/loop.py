@@ -60,6 +60,22 @@ class Distributed:
         return self.rank == 0
 
 
+def diverged_ranks(loss: float, dist: Distributed) -> list[int]:
+    """The ranks whose loss this step is not finite, agreed by every rank.
+
+    Why a collective: a loss can overflow on one rank's batch only (bf16, an odd batch). If that
+    rank stopped alone, the others would block in their next gradient all-reduce until the
+    backend's timeout (30 minutes for gloo) and the run would end as a crash, not a divergence.
+    One all-reduce of `world_size` flags per step makes every rank stop at the same step."""
+    bad = not math.isfinite(loss)
+    if dist.world_size == 1 or not torch.distributed.is_initialized():
+        return [dist.rank] if bad else []
+    flags = torch.zeros(dist.world_size, device=dist.device)
+    flags[dist.rank] = float(bad)
+    torch.distributed.all_reduce(flags)
+    return [rank for rank, flag in enumerate(flags.tolist()) if flag]
+
+
 class Reporter(Protocol):
     def report(self, metrics: dict[str, float], save_checkpoint: Callable[[Path], None] | None) -> None: ...
 
@@ -532,11 +548,11 @@ def run(
                 terms = engine.micro_step(_to(stream.next(), device), progress, 1.0 / train.grad_accumulation)
                 for k, v in terms.items():
                     running[k] = running.get(k, 0.0) + float(v.detach()) / train.grad_accumulation
-            if not math.isfinite(running["total"]):
-                raise TrainingDiverged(
-                    f"loss is not finite at step {step} (phase {phase.name}): "
-                    + ", ".join(f"{k}={float(v.detach()):.4g}" for k, v in terms.items())
-                )
+            diverged = diverged_ranks(running["total"], dist)
+            if diverged:
+                where = f" on rank {', '.join(map(str, diverged))}" if dist.world_size > 1 else ""
+                own = (": " + ", ".join(f"{k}={float(v.detach()):.4g}" for k, v in terms.items())) if dist.rank in diverged else ""
+                raise TrainingDiverged(f"loss is not finite at step {step} (phase {phase.name}){where}{own}")
             engine.optimizer_step()
             step += 1
             running_steps += 1

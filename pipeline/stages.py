@@ -25,6 +25,7 @@ from transformers import AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 from methods.base import MethodContext, StudentDefaults, TaskInfo
 from pipeline.config import SweepSpec, TrainConfig
 from pipeline.data import PreparedData, load_raw, prepare_data, train_texts
+from pipeline.errors import DrydockError
 from pipeline.models import load_finetuned, load_tokenizer, pretrained_loader, tokenizer_id
 from pipeline.text_tokenizer import train_wordpiece
 
@@ -141,6 +142,17 @@ class TeacherResult:
         return load_finetuned(self.path)
 
 
+class TeacherDiverged(DrydockError):
+    """The teacher's loss went NaN or infinite: the spec's fine-tuning settings are the cause (a
+    learning rate too high for the model), so it is the user's to change, and running the same
+    settings again — a Train retry, or the next sweep — would diverge again."""
+
+
+def teacher_diverged_message(spec: SweepSpec, reason: str) -> str:
+    return (f"teacher: fine-tuning {spec.teacher.model} diverged ({reason}); "
+            f"teacher.finetune.learning_rate is {spec.teacher.finetune.learning_rate:g}: try a lower one")
+
+
 def teacher_key(spec: SweepSpec, prepared: Prepared) -> str:
     t = spec.teacher
     return _digest(
@@ -205,10 +217,13 @@ def finetune_teacher(
     depth = pretrained.config.num_hidden_layers
     ctx.load_pretrained = lambda: pretrained
     method = Finetune({"init_from": "pretrained", "num_layers": depth}, ctx)
-    result = loop.run(
-        method, train_set=prepared.data.train, dev=prepared.data.dev, task=prepared.data.task,
-        train=train, seed=TEACHER_SEED, dist=dist, reporter=reporter, pad_id=prepared.pad_id,
-    )
+    try:
+        result = loop.run(
+            method, train_set=prepared.data.train, dev=prepared.data.dev, task=prepared.data.task,
+            train=train, seed=TEACHER_SEED, dist=dist, reporter=reporter, pad_id=prepared.pad_id,
+        )
+    except loop.TrainingDiverged as e:
+        raise TeacherDiverged(teacher_diverged_message(spec, str(e))) from None
     if not dist.is_main:
         return None
     metrics = {**result.best_metrics, "train_seconds": result.train_seconds, "steps": float(result.steps)}

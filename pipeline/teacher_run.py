@@ -11,6 +11,7 @@ it), so the work directory must be shared by every node — which trials already
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from typing import Any
 from pipeline.config import SweepSpec, spec_to_dict
 from pipeline.errors import DrydockError
 from pipeline.stages import Prepared, TeacherResult, existing_teacher, teacher_key
+from pipeline.trial_driver import read_outcome
 
 
 def finetune_teacher_on_workers(
@@ -41,12 +43,15 @@ def finetune_teacher_on_workers(
     strategy = r.strategy if (r.workers_per_trial > 1 or r.strategy == "deepspeed") else "one process"
     log(f"teacher: fine-tuning {spec.teacher.model} on {spec.task.name} on {r.workers_per_trial} Train worker(s) "
         f"({strategy}, {'GPU' if r.use_gpu else 'CPU'}), cached as {workdir / 'teachers' / key}")
+    # a divergence is written here by rank 0 instead of raised (a Train retry would diverge again)
+    outcome_dir = workdir / "teachers" / f".run-{key}"
+    shutil.rmtree(outcome_dir, ignore_errors=True)
     # every evaluation reaches the log while fit() waits: a GPU teacher can take many minutes
     with relayed_reports(lambda m: log(progress_line(m))) as relay:
         trainer = lean_torch_trainer(
             teacher_worker,
             train_loop_config={"spec": spec_to_dict(spec), "workdir": str(workdir), "deepspeed_preset": deepspeed_preset,
-                               "threads": max(1, int(r.cpus_per_worker))},
+                               "threads": max(1, int(r.cpus_per_worker)), "outcome_dir": str(outcome_dir)},
             scaling_config=ray.train.ScalingConfig(num_workers=r.workers_per_trial, use_gpu=r.use_gpu, resources_per_worker=per_worker),
             run_config=ray.train.RunConfig(
                 name=f"teacher-{key}", storage_path=storage_path, callbacks=[relay],
@@ -60,6 +65,10 @@ def finetune_teacher_on_workers(
             text = str(e).strip()
             reason = text.splitlines()[-1] if text else type(e).__name__
             raise DrydockError(f"teacher: fine-tuning on the Train workers failed: {reason}") from None
+    outcome = read_outcome(outcome_dir)
+    shutil.rmtree(outcome_dir, ignore_errors=True)
+    if outcome is not None and outcome.get("status") == "failed":
+        raise DrydockError(outcome["error"])
     result = existing_teacher(spec, prepared, workdir)
     if result is None:
         raise DrydockError(f"teacher: the Train workers finished but {workdir / 'teachers' / key} holds no teacher: "

@@ -102,11 +102,16 @@ def teacher_worker(config: dict[str, Any]) -> None:
     """Ray Train's `train_loop_per_worker` for the teacher stage (`pipeline.teacher_run`): every
     rank fine-tunes together under the spec's strategy; rank 0 writes the teacher cache. Every
     evaluation is reported with a checkpoint, so the driver can show progress and a retry resumes.
-    A failure propagates, so Train retries it and the driver stops the sweep with the reason."""
-    from pipeline.stages import finetune_teacher, prepare
+    A failure propagates, so Train retries it and the driver stops the sweep with the reason; a
+    divergence is not retried (it would diverge again): rank 0 writes it to `outcome_dir`."""
+    from pipeline.stages import TeacherDiverged, finetune_teacher, prepare
 
     spec = spec_from_dict(config["spec"])
     workdir = Path(config["workdir"])
     torch.set_num_threads(int(config["threads"]))
     dist = _distributed(spec.resources.model_dump(), config.get("deepspeed_preset"))
-    finetune_teacher(spec, prepare(spec, workdir), workdir, dist, RayReporter())
+    try:
+        finetune_teacher(spec, prepare(spec, workdir), workdir, dist, RayReporter())
+    except TeacherDiverged as e:
+        if dist.is_main:
+            write_outcome(Path(config["outcome_dir"]), {"status": "failed", "error": str(e)})

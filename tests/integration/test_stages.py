@@ -38,3 +38,14 @@ def test_teacher_is_fine_tuned_once_and_reused(tmp_path, monkeypatch):
     other = load_spec(ROOT / "sweeps" / "smoke.yaml", ["teacher.finetune.epochs=1", "teacher.finetune.learning_rate=5e-4"])
     third = ensure_teacher(other, prepare(other, tmp_path), tmp_path, log=messages.append)
     assert not third.reused and third.path != first.path
+
+
+def test_a_teacher_that_diverges_is_a_clear_error_and_caches_nothing(tmp_path):
+    from pipeline.stages import TeacherDiverged, teacher_key
+
+    spec = load_spec(ROOT / "sweeps" / "smoke.yaml", ["teacher.finetune.learning_rate=1e30"])
+    prepared = prepare(spec, tmp_path)
+    with pytest.raises(TeacherDiverged, match=r"^teacher: fine-tuning random diverged \(loss is not finite at step 1 "
+                                              r"\(phase finetune\): task=nan, total=nan\); teacher.finetune.learning_rate is 1e\+30"):
+        ensure_teacher(spec, prepared, tmp_path, log=lambda _: None)
+    assert not (tmp_path / "teachers" / teacher_key(spec, prepared)).exists()

@@ -165,6 +165,24 @@ def test_deepspeed_zero2_trial_and_teacher_with_two_workers_finish_on_cpu(ray_lo
     assert child.data.metrics["export_max_abs_diff"] <= 1e-4  # verified by the driver's fresh process
 
 
+def test_a_teacher_that_diverges_on_the_workers_stops_the_sweep_with_the_reason(ray_local, workdir):
+    """The worker returns normally with the reason instead of raising: raised, Train would retry
+    it (diverging again each time) and the driver could only say that the run failed."""
+    from pipeline.errors import DrydockError
+    from pipeline.stages import prepare, teacher_key
+    from pipeline.sweep import run_sweep
+
+    spec = load_spec(SMOKE, ["name=smoke-nan", "tracking.experiment=smoke-nan", "resources.teacher_placement=workers",
+                             "teacher.finetune.learning_rate=1e30", "search.max_failures=2"])
+    key = teacher_key(spec, prepare(spec, workdir))
+    with pytest.raises(DrydockError) as failure:
+        run_sweep(spec, workdir, log=lambda _: None)
+    assert str(failure.value) == (
+        "teacher: fine-tuning random diverged (loss is not finite at step 1 (phase finetune): task=nan, total=nan); "
+        "teacher.finetune.learning_rate is 1e+30: try a lower one")
+    assert not (workdir / "teachers" / key).exists() and not (workdir / "teachers" / f".run-{key}").exists()
+
+
 def test_a_bad_deepspeed_preset_fails_before_any_work(workdir):
     from pipeline.errors import DrydockError
     from pipeline.sweep import run_sweep
