@@ -245,10 +245,20 @@ def ensure_teacher(spec: SweepSpec, prepared: Prepared, workdir: Path, log: Call
         if existing.key != "given":
             log(f"teacher: reusing the fine-tuned teacher in {existing.path} (same task, teacher, data and settings)")
         return existing
+    from pipeline.loop import LocalReporter
+
     log(f"teacher: fine-tuning {spec.teacher.model} on {spec.task.name} (cached as {workdir / 'teachers' / teacher_key(spec, prepared)})")
-    result = finetune_teacher(spec, prepared, workdir)
+    # every evaluation reaches the log: in a scheduled job's log there is no progress bar
+    result = finetune_teacher(spec, prepared, workdir, reporter=LocalReporter(echo=lambda m: log(progress_line(m))))
     assert result is not None  # a single process is rank 0
     return result
+
+
+def progress_line(metrics: dict[str, Any]) -> str:
+    """One evaluation of the teacher, as the driver logs it."""
+    scores = " ".join(f"{k.split('/', 1)[1]} {v:.4f}" for k, v in sorted(metrics.items())
+                      if k.startswith("eval/") and isinstance(v, (int, float)))
+    return f"teacher: step {int(metrics.get('step', 0))}: {scores}"
 
 
 def primary_metric_value(metrics: dict[str, float], prepared: Prepared) -> float | None:

@@ -18,7 +18,7 @@ from typing import Any
 
 from pipeline.config import SweepSpec, spec_to_dict
 from pipeline.errors import DrydockError
-from pipeline.stages import Prepared, TeacherResult, existing_teacher, teacher_key
+from pipeline.stages import Prepared, TeacherResult, existing_teacher, progress_line, teacher_key
 from pipeline.trial_driver import read_outcome
 
 
@@ -75,9 +75,3 @@ def finetune_teacher_on_workers(
                            "--workdir must be one filesystem shared by every node")
     return TeacherResult(result.path, result.metrics, reused=False, key=result.key)
 
-
-def progress_line(metrics: dict[str, Any]) -> str:
-    """One evaluation of the teacher on the workers, as the driver logs it."""
-    scores = " ".join(f"{k.split('/', 1)[1]} {v:.4f}" for k, v in sorted(metrics.items())
-                      if k.startswith("eval/") and isinstance(v, (int, float)))
-    return f"teacher: step {int(metrics.get('step', 0))}: {scores}"

@@ -19,6 +19,8 @@ def test_teacher_is_fine_tuned_once_and_reused(tmp_path, monkeypatch):
     first = ensure_teacher(spec, prepared, tmp_path, log=messages.append)
     assert not first.reused and first.metrics["eval/accuracy"] > 0
     assert (first.path / "config.json").is_file() and (first.path / "teacher_metrics.json").is_file()
+    # the one evaluation (end of the epoch: 512 examples / 32) reached the log, and is the one kept
+    assert messages[1:] == [f"teacher: step 16: accuracy {first.metrics['eval/accuracy']:.4f}"], messages
 
     # a second run with the same inputs: same tokenizer and data from the cache, no training
     import datasets
