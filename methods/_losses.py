@@ -1,9 +1,12 @@
 """Loss functions shared by the distillation methods: pure functions on tensors.
 
 Conventions (documented once here so every method agrees):
-- `kd_loss` is Hinton's soft-target term T²·KL(softmax(t/T) || softmax(s/T)), averaged over
-  the batch ("batchmean"), which is what the PKD and CoFi official code compute; the T² keeps
-  its gradient scale independent of T.
+- `kd_loss` is Hinton's soft-target term T²·KL(softmax(t/T) || softmax(s/T)); the T² keeps its
+  gradient scale independent of T. It is averaged over the batch ("batchmean", the true KL per
+  example, as CoFi's official trainer computes it) unless a method asks for "mean": PyTorch's
+  element mean over batch × classes, what PKD's official `src/KD_loss.py` computes (KLDivLoss's
+  default), which is 1/C of the batchmean value. The two are not interchangeable: a method's
+  alpha and beta were tuned against one of them.
 - Regression tasks (one output) have no distribution to match: the soft-target term becomes the
   mean squared error between student and teacher outputs.
 - `patience_loss` (PKD) averages its squared errors over elements, as the official code does.
@@ -14,6 +17,7 @@ Conventions (documented once here so every method agrees):
 from __future__ import annotations
 
 import math
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -26,14 +30,21 @@ def task_loss(logits: torch.Tensor, labels: torch.Tensor, regression: bool) -> t
     return F.cross_entropy(logits.float(), labels)
 
 
-def kd_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor, temperature: float, regression: bool) -> torch.Tensor:
-    """T²·KL(teacher || student) at temperature T; MSE on the outputs for regression."""
+def kd_loss(
+    student_logits: torch.Tensor,
+    teacher_logits: torch.Tensor,
+    temperature: float,
+    regression: bool,
+    reduction: Literal["batchmean", "mean"] = "batchmean",
+) -> torch.Tensor:
+    """T²·KL(teacher || student) at temperature T, per example ("batchmean") or per element
+    ("mean": also divided by the number of classes); MSE on the outputs for regression."""
     if regression:
         return F.mse_loss(student_logits.float(), teacher_logits.float())
     t = temperature
     log_p_student = F.log_softmax(student_logits.float() / t, dim=-1)
     p_teacher = F.softmax(teacher_logits.float() / t, dim=-1)
-    return F.kl_div(log_p_student, p_teacher, reduction="batchmean") * (t * t)
+    return F.kl_div(log_p_student, p_teacher, reduction=reduction) * (t * t)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -5,8 +5,12 @@ intersun/PKD-for-BERT-Model-Compression).
   explicit `layers`; `init_from: pretrained` takes them from the pretrained checkpoint instead.
 - One phase. Loss (official `src/KD_loss.py`):
 
-      (1 − alpha)·CE(student, labels) + alpha·T²·KL(softmax(z_t/T) || softmax(z_s/T)) + beta·L_PT
+      (1 − alpha)·CE(student, labels) + alpha·T²·KL(softmax(z_t/T) || softmax(z_s/T))/C + beta·L_PT
 
+  The KL term is averaged over batch × C classes, as the official code's `nn.KLDivLoss()` (its
+  default reduction, 'mean') computes it: 1/C of vanilla KD's per-example value. The official
+  alpha/T/beta were tuned with that balance; a per-example KL would weigh the soft targets
+  C times as much against CE and L_PT (2× on SST-2, 3× on MNLI).
   where L_PT is the mean squared error between the L2-normalised [CLS] hidden states of every
   intermediate student layer j and of its teacher layer I(j). The squared errors are **averaged
   over elements** (batch × layers × hidden), as the official code does; other toolkits
@@ -21,6 +25,8 @@ intersun/PKD-for-BERT-Model-Compression).
       depths that do not divide (it stays strictly increasing and below the final layer).
     * `last`: the m − 1 teacher layers just below the final one — 12→6: 1-based 7…11
       (0-based 6…10).
+    The official scripts fix one map per depth: 12→6 is `skip`; 12→3 uses 0-based 9, 10, which
+    is `last` (`skip` gives 3, 7 there), so set `layer_map: last` to reproduce their 3-layer runs.
     * an explicit list of m − 1 strictly increasing 0-based indices below the final layer.
 - Teacher logits and hidden states are computed on the fly under no_grad (the official code
   pickles them beforehand; the values are the same, the teacher being frozen and in eval mode).
@@ -115,7 +121,7 @@ class PatientKD(KnowledgeDistillation):
         with torch.no_grad():
             teacher_states, teacher_logits = forward_hidden_states(self.ctx.teacher, batch)
         alpha, regression = self.params.alpha, self.ctx.task.regression
-        terms = {"kd": alpha * kd_loss(student_logits, teacher_logits, self.params.temperature, regression)}
+        terms = {"kd": alpha * kd_loss(student_logits, teacher_logits, self.params.temperature, regression, reduction="mean")}
         if alpha < 1:
             terms["task"] = (1 - alpha) * task_loss(student_logits, batch["labels"], regression)
         if self.teacher_layers and self.params.beta > 0:

@@ -21,6 +21,14 @@ def test_kd_loss_matches_hand_computation():
     assert abs(float(got) - 0.443773) < 1e-5
 
 
+def test_kd_loss_mean_reduction_also_divides_by_the_classes():
+    # PKD's official reduction: the same example as above over its 2 classes -> 0.443773 / 2
+    got = kd_loss(torch.tensor([[0.0, 0.0]]), torch.tensor([[2.0, 0.0]]), temperature=2.0, regression=False, reduction="mean")
+    assert abs(float(got) - 0.443773 / 2) < 1e-5
+    a, b = torch.randn(4, 3), torch.randn(4, 3)
+    torch.testing.assert_close(kd_loss(a, b, 2.0, False, reduction="mean"), kd_loss(a, b, 2.0, False) / 3)
+
+
 def test_kd_loss_is_batch_mean_and_zero_for_equal_logits():
     z = torch.randn(5, 3)
     assert float(kd_loss(z, z, 4.0, False)) < 1e-6

@@ -104,13 +104,19 @@ def test_student_starts_from_the_fine_tuned_teachers_bottom_layers():
 def test_loss_terms_match_the_formula():
     method, teacher = make_pkd({"num_layers": 3, "alpha": 0.3, "temperature": 5.0, "beta": 100.0, "layer_map": "last"})
     student = method.build().eval()  # no dropout, so the hand computation sees the same numbers
+    with torch.no_grad():  # a tiny random BERT's logits are ~0.01: make the soft-target term large enough to check
+        student.classifier.weight.mul_(300.0)
     batch = make_batch(seed=2)
     terms = method.loss(batch, PROGRESS)
     assert set(terms) == {"kd", "task", "patience"}
     s_states, s_logits = forward_hidden_states(student, batch)
     t_states, t_logits = forward_hidden_states(teacher, batch)
     assert method.teacher_layers == [1, 2]  # 4 -> 3, last: 1-based 2, 3
-    torch.testing.assert_close(terms["kd"], 0.3 * kd_loss(s_logits, t_logits, 5.0, False))
+    # official src/KD_loss.py: nn.KLDivLoss() with its default 'mean', over batch x classes, times T²
+    by_hand_kd = (F.softmax(t_logits / 5, -1) * (F.log_softmax(t_logits / 5, -1) - F.log_softmax(s_logits / 5, -1))).mean() * 25
+    assert float(by_hand_kd) > 0.01
+    torch.testing.assert_close(terms["kd"], 0.3 * by_hand_kd, atol=0, rtol=1e-5)
+    torch.testing.assert_close(terms["kd"], 0.3 * kd_loss(s_logits, t_logits, 5.0, False) / s_logits.shape[-1], atol=0, rtol=1e-5)
     torch.testing.assert_close(terms["task"], 0.7 * F.cross_entropy(s_logits, batch["labels"]))
     # student layers 0, 1 against teacher layers 1, 2 at position 0, L2-normalised, mean over all
     s_cls = torch.stack([s_states[1][:, 0], s_states[2][:, 0]], dim=1)
