@@ -516,6 +516,12 @@ def run(
             method.load_state_dict(saved["method"])
         torch.set_rng_state(saved["rng"])
 
+    # The schedulers' time axis counts steps on the labeled training data only: MiniLM's
+    # distillation on unlabeled text can be several times its fine-tuning, and counted in, its
+    # first evaluation would already lie past ASHA's max_t, where ASHA stops a trial.
+    labeled_before = [sum(p.steps for p in plan[:i] if p.data == "train") for i in range(len(plan))]
+    labeled_total = max(1, sum(p.steps for p in plan if p.data == "train"))
+
     t0 = time.perf_counter()
     bar = _progress_bar(planned, train.progress_bar and dist.is_main and sys.stderr.isatty())
     for phase_index in range(start_phase, len(plan)):
@@ -571,9 +577,11 @@ def run(
             metrics = evaluate(method.eval_model(), dev, task, train.eval_batch_size, device, pad_id)
             metrics["step"] = float(step)
             if not (phase_done and phase_index + 1 == len(plan)):
-                # The last evaluation carries no epoch, the schedulers' time axis: a scheduler
-                # must not stop a trial that has finished training and is exporting its student.
-                metrics["epoch"] = step / method.ctx.steps_per_epoch
+                # The last evaluation carries no epoch or progress, the schedulers' time axis: a
+                # scheduler must not stop a trial that has finished training and is exporting.
+                labeled = labeled_before[phase_index] + (phase_step + 1 if phase.data == "train" else 0)
+                metrics["epoch"] = labeled / method.ctx.steps_per_epoch
+                metrics["progress"] = labeled / labeled_total
             if phase.select and (best_metrics is None or metrics[primary_key] > best_metrics[primary_key]):
                 best_state, best_metrics = method.state_dict(), dict(metrics)
             final_metrics = dict(metrics)

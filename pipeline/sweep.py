@@ -227,7 +227,7 @@ def make_callback(spec: SweepSpec, paths: SweepPaths, tracker, metric_name: str,
                 self.ended.add(t.key)
                 return
             self.last[t.key] = result
-            metrics = {k: v for k, v in result.items() if k.split("/")[0] in ("eval", "schedule") or k.startswith("eval_") or k == "epoch"}
+            metrics = {k: v for k, v in result.items() if k.split("/")[0] in ("eval", "schedule") or k.startswith("eval_") or k in ("epoch", "progress")}
             step = int(result.get("step", 0))  # read now: Tune owns `result`
             self._record(f"metrics of trial {t.key}", lambda: tracker.log_metrics(tracker.trial_run(t.key), metrics, step))
 
@@ -442,9 +442,13 @@ def run_sweep(
         "deepspeed_preset": deepspeed_preset,
     }
     if spec.search.scheduler == "asha":
+        # Time axis: the fraction of its labeled training a trial has done (the loop's `progress`),
+        # so trials of every method meet at the same rungs, however their phases are cut (MiniLM's
+        # unlabeled distillation, a max_steps cap). grace_period is given in epochs of train.epochs.
+        epochs = spec.train.epochs
         scheduler = ASHAScheduler(
-            time_attr="epoch", metric=metric_key, mode="max", max_t=spec.train.epochs,
-            grace_period=min(spec.search.asha.grace_period, spec.train.epochs),
+            time_attr="progress", metric=metric_key, mode="max", max_t=1.0,
+            grace_period=min(spec.search.asha.grace_period, epochs) / epochs,
             reduction_factor=spec.search.asha.reduction_factor,
         )
     else:

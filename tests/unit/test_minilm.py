@@ -367,3 +367,27 @@ def test_shared_distillation_is_off_by_default_and_without_a_cache(tmp_path):
     method, _ = make_minilm({}, steps_per_epoch=4, unlabeled_steps_per_epoch=5, cache_dir=tmp_path)
     method.build()
     assert method.distilled is None and not list(tmp_path.iterdir())
+
+
+def test_the_schedulers_time_axis_counts_only_the_labeled_fine_tuning():
+    """ASHA stops a trial whose epoch reaches max_t (the spec's epochs): counted in, 6 distillation
+    steps would put the first fine-tuning evaluation at epoch 1.0 of a 1-epoch run."""
+    from pipeline import loop
+    from pipeline.config import TrainConfig
+    from tests.contract.test_method_contract import _Task, tiny_dataset
+
+    teacher = make_tiny_bert(num_layers=4, seed=1)
+    for p in teacher.parameters():
+        p.requires_grad_(False)
+    ctx = MethodContext(task=TaskInfo("t", 2, False), teacher=teacher, load_pretrained=make_tiny_bert,
+                        student=StudentDefaults(num_layers=2), learning_rate=1e-3)
+    method = MiniLM(MiniLMParams(distill_epochs=2.0), ctx)
+    reporter = loop.LocalReporter()
+    # 24 unlabeled rows at batch 8: 3 steps an epoch, 6 distillation steps; then 64 labeled rows: 8 steps
+    train = TrainConfig(epochs=1, batch_size=8, learning_rate=1e-3, eval_every=2, warmup_ratio=0.0, progress_bar=False)
+    result = loop.run(method, train_set=tiny_dataset(), dev={"dev": tiny_dataset(16, seed=1)}, task=_Task(), train=train,
+                      seed=0, reporter=reporter, unlabeled_set=tiny_dataset(24, seed=2))
+    assert result.steps == 14
+    assert [r["step"] for r in reporter.history] == [8, 10, 12, 14]
+    assert [r.get("epoch") for r in reporter.history] == [0.25, 0.5, 0.75, None]
+    assert [r.get("progress") for r in reporter.history] == [0.25, 0.5, 0.75, None]
