@@ -97,7 +97,8 @@ def init_ray(address: str | None, use_gpu: bool) -> None:
     env = dict(RAY_ENV)
     if not use_gpu:
         env["DS_ACCELERATOR"] = "cpu"  # never on GPU nodes: DeepSpeed must find CUDA there
-    for key in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "HF_HOME", "TORCH_EXTENSIONS_DIR", "MLFLOW_TRACKING_URI"):
+    for key in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "HF_HOME", "TORCH_EXTENSIONS_DIR", "MLFLOW_TRACKING_URI",
+                "RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S"):
         if key in os.environ:
             env[key] = os.environ[key]
     address = address or os.environ.get("RAY_ADDRESS")
@@ -121,7 +122,8 @@ def init_ray(address: str | None, use_gpu: bool) -> None:
         # ASHA stops, and later trials time out waiting for them (STACK-NOTES F1). Its address is
         # fixed up front and given to every process (see API_SERVER_VARIABLE).
         temp_dir = os.environ.get("DRYDOCK_RAY_TMPDIR")  # a short path: Ray's sockets live under it
-        ray.init(address="local", num_cpus=os.cpu_count(), object_store_memory=256 * 2**20, include_dashboard=None,
+        # Ray counts the CPUs itself: unlike os.cpu_count(), its count honours a container's quota.
+        ray.init(address="local", object_store_memory=256 * 2**20, include_dashboard=None,
                  **dashboard, **({"_temp_dir": temp_dir} if temp_dir else {}), **common)
 
 
@@ -132,21 +134,32 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def max_concurrent(spec: SweepSpec) -> int:
+def max_concurrent(spec: SweepSpec, log: Callable[[str], None] = print) -> int:
+    """How many trials run at once: as many as the cluster holds now, or the spec's number.
+
+    Checked before the teacher stage, which needs one trial's resources too: a request the
+    cluster cannot meet would otherwise wait (and retry) instead of saying so."""
     import ray
 
     r = spec.resources
     resources = ray.cluster_resources()
+    kind = "GPU" if r.use_gpu else "CPU"
     if r.use_gpu:
         capacity, per_trial = resources.get("GPU", 0.0), r.workers_per_trial * r.gpus_per_worker
     else:
         capacity, per_trial = resources.get("CPU", 0.0), r.workers_per_trial * r.cpus_per_worker
     fits = int(capacity // per_trial) if per_trial else 1
-    if spec.search.max_concurrent_trials:
-        # An autoscaling cluster may start smaller than it grows: trust the spec's number.
-        return spec.search.max_concurrent_trials
+    wanted = spec.search.max_concurrent_trials
+    if wanted:
+        # An autoscaling cluster may start smaller than it grows: trust the spec's number, but say
+        # what happens to the trials the cluster cannot hold yet.
+        if wanted > fits:
+            log(f"search: max_concurrent_trials is {wanted}, but the Ray cluster holds {fits} trial(s) now "
+                f"({capacity:g} {kind}s, {per_trial:g} per trial); the others wait for it to grow, and a trial "
+                f"that gets no workers within about 4 minutes fails (RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S, "
+                f"60 s, tried 4 times)")
+        return wanted
     if fits < 1:
-        kind = "GPU" if r.use_gpu else "CPU"
         raise DrydockError(
             f"resources: a trial needs {per_trial:g} {kind}s ({r.workers_per_trial} workers), "
             f"but the Ray cluster has {capacity:g}"
@@ -393,6 +406,7 @@ def run_sweep(
     log(f"prepare: {prepared.data.num_train} training examples, fingerprint {prepared.data.fingerprint} ({time.time() - t0:.1f}s)")
 
     init_ray(address or spec.resources.address, spec.resources.use_gpu)
+    concurrency = max_concurrent(spec, log)
     # Checkpoints and Tune state: the run folder, or the spec's shared path/URI on a cluster
     # (every node must reach it; a node-local path breaks retries on another node).
     if spec.resources.storage_path:
@@ -475,7 +489,7 @@ def run_sweep(
             tuner = tune.Tuner(
                 trainable,
                 param_space={"trial": tune.grid_search([t.to_dict() for t in trials])},
-                tune_config=tune.TuneConfig(scheduler=scheduler, max_concurrent_trials=max_concurrent(spec),
+                tune_config=tune.TuneConfig(scheduler=scheduler, max_concurrent_trials=concurrency,
                                             reuse_actors=reuse_actors),
                 run_config=tune.RunConfig(
                     name=tune_name, storage_path=storage_root, callbacks=[callback],

@@ -56,7 +56,7 @@ def finetune_teacher_on_workers(
             run_config=ray.train.RunConfig(
                 name=f"teacher-{key}", storage_path=storage_path, callbacks=[relay],
                 checkpoint_config=ray.train.CheckpointConfig(num_to_keep=1),
-                failure_config=ray.train.FailureConfig(max_failures=spec.search.max_failures),
+                failure_config=ray.train.FailureConfig(max_failures=spec.search.max_failures, controller_failure_limit=3),
             ),
         )
         try:

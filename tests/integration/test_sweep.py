@@ -183,6 +183,25 @@ def test_a_teacher_that_diverges_on_the_workers_stops_the_sweep_with_the_reason(
     assert not (workdir / "teachers" / key).exists() and not (workdir / "teachers" / f".run-{key}").exists()
 
 
+def test_a_trial_the_cluster_cannot_hold_fails_before_the_teacher_stage(ray_local, workdir):
+    """The teacher stage needs a trial's resources too: asked for a GPU here, it would wait for
+    workers instead of saying why."""
+    from pipeline.errors import DrydockError
+    from pipeline.sweep import max_concurrent, run_sweep
+
+    spec = load_spec(SMOKE, ["name=smoke-gpu", "resources.use_gpu=true", "resources.teacher_placement=workers",
+                             "teacher.finetune.epochs=3"])
+    messages: list[str] = []
+    with pytest.raises(DrydockError, match=r"^resources: a trial needs 1 GPUs \(1 workers\), but the Ray cluster has 0$"):
+        run_sweep(spec, workdir, log=messages.append)
+    assert not any(m.startswith("teacher:") for m in messages), messages
+    # a number set in the spec is trusted (an autoscaling cluster grows), with a word on what waits
+    cpus = int(__import__("ray").cluster_resources()["CPU"])
+    wanted = load_spec(SMOKE, [f"search.max_concurrent_trials={cpus + 2}"])
+    assert max_concurrent(wanted, messages.append) == cpus + 2
+    assert messages[-1].startswith(f"search: max_concurrent_trials is {cpus + 2}, but the Ray cluster holds {cpus} trial(s) now")
+
+
 def test_a_bad_deepspeed_preset_fails_before_any_work(workdir):
     from pipeline.errors import DrydockError
     from pipeline.sweep import run_sweep
