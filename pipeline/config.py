@@ -14,6 +14,7 @@ collected and reported together, one line each, as `field.path: what was expecte
 from __future__ import annotations
 
 import copy
+import math
 import os
 import re
 from pathlib import Path
@@ -357,6 +358,29 @@ def domain_candidates(value: dict[str, Any]) -> list[Any]:
     return [low, high]
 
 
+def domain_draw(value: dict[str, Any]) -> float | None:
+    """A typical draw of a uniform/loguniform domain (None for the other kinds), to validate.
+
+    The bounds alone do not show what the parameter will receive: `{uniform: [1, 3]}` has integer
+    bounds but draws floats like 2.69, which an integer parameter rejects. The draw returned is
+    strictly inside the range and not a whole number, as nearly every real draw is. Call it only
+    on a domain that `domain_candidates` accepted.
+    """
+    kind, arg = next(iter(value.items()))
+    if kind not in ("uniform", "loguniform"):
+        return None
+    low, high = arg
+    draw = None
+    for fraction in (0.5, 1 / 3, 0.6180339887498949):
+        if kind == "uniform":
+            draw = low + (high - low) * fraction
+        else:
+            draw = math.exp(math.log(low) + (math.log(high) - math.log(low)) * fraction)
+        if low < draw < high and not float(draw).is_integer():
+            break
+    return float(draw)
+
+
 def default_params(params: dict[str, Any]) -> dict[str, Any]:
     """Fixed values only: a searched parameter falls back to the method's default.
 
@@ -486,15 +510,33 @@ def validate_methods(spec: SweepSpec) -> list[str]:
             except ValueError as e:
                 problems.append(f"{where}: {e}")
                 continue
-            for cand in candidates:
-                try:
-                    model.model_validate({pname: cand})
-                except ValidationError as e:
-                    for err in e.errors():
-                        if tuple(err["loc"][:1]) == (pname,):
-                            problems.append(f"{where}: {_format_error({**err, 'loc': ()}).split(': ', 1)[1]}")
-                    # errors on other fields come from cross-field checks that need the rest
+            found = [msg for cand in candidates for _, msg in _field_errors(model, pname, cand)]
+            problems.extend(f"{where}: {msg}" for msg in found)
+            draw = None if found or not is_domain(value) else domain_draw(value)
+            errors = [] if draw is None else _field_errors(model, pname, draw)
+            kind = next(iter(value)) if is_domain(value) else None
+            if any(etype == "int_from_float" for etype, _ in errors):
+                problems.append(f"{where}: {kind} draws floats but {pname} takes integers; use randint or grid")
+            elif errors:
+                reason = "; ".join(msg for _, msg in errors)
+                problems.append(f"{where}: {kind} draws values inside the range that {pname} rejects: {reason}")
     return problems
+
+
+def _field_errors(model: type[BaseModel], pname: str, value: Any) -> list[tuple[str, str]]:
+    """(type, message) of each error the method's Params model gives for `pname = value` alone.
+
+    Errors on other fields come from cross-field checks that need the rest, so they are left out.
+    """
+    try:
+        model.model_validate({pname: value})
+    except ValidationError as e:
+        return [
+            (err["type"], _format_error({**err, "loc": ()}).split(": ", 1)[1])
+            for err in e.errors()
+            if tuple(err["loc"][:1]) == (pname,)
+        ]
+    return []
 
 
 def load_spec(path: str | Path, overrides: list[str] | None = None) -> SweepSpec:

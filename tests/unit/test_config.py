@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pipeline.config import default_params, domain_candidates, load_spec, spec_from_dict
+from pipeline.config import default_params, domain_candidates, domain_draw, load_spec, spec_from_dict
 from pipeline.errors import SpecError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -94,10 +94,43 @@ def test_method_parameters_are_checked_against_the_method():
     assert line == "methods.kd.temperature: uniform needs low < high, got [5, 1]"
 
 
+def test_a_domain_is_checked_by_what_it_draws_not_only_its_bounds():
+    kd = lambda **params: {**MINIMAL, "methods": {"kd": params}}
+    # integer bounds, but uniform and loguniform draw floats: an integer parameter rejects them
+    for kind in ("uniform", "loguniform"):
+        assert problems(kd(num_layers={kind: [1, 3]})) == [
+            f"methods.kd.num_layers: {kind} draws floats but num_layers takes integers; use randint or grid"
+        ]
+    assert spec_from_dict(kd(num_layers={"randint": [1, 3]}))
+    assert spec_from_dict(kd(temperature={"uniform": [1, 3]}))
+    # every grid and choice value is checked, not only the first
+    (line,) = problems(kd(num_layers={"grid": [1, 2.5]}))
+    assert line.startswith("methods.kd.num_layers: ") and "2.5" in line
+    (line,) = problems(kd(init_from={"choice": ["finetuned", "scratch"]}))
+    assert line.startswith("methods.kd.init_from: ") and "'scratch'" in line
+    # any other type a draw does not fit is named with the draw that fails
+    (line,) = problems({**MINIMAL, "methods": {"pkd": {"normalize": {"uniform": [0, 1]}}}})
+    assert line.startswith("methods.pkd.normalize: uniform draws values inside the range that normalize rejects: ")
+
+
+def test_validate_cli_rejects_a_float_range_on_an_integer_without_a_traceback(tmp_path):
+    spec = tmp_path / "s.yaml"
+    spec.write_text(yaml.safe_dump(MINIMAL))
+    run = subprocess.run([sys.executable, "-m", "pipeline.cli", "validate", str(spec), "--set", "methods.kd.num_layers={uniform: [1, 3]}"],
+                         capture_output=True, text=True)
+    assert run.returncode == 2
+    assert run.stderr.strip() == "error: methods.kd.num_layers: uniform draws floats but num_layers takes integers; use randint or grid"
+
+
 def test_domains():
     assert domain_candidates({"grid": [1, 2]}) == [1, 2]
     assert domain_candidates({"loguniform": [1e-5, 1e-4]}) == [1e-5, 1e-4]
     assert domain_candidates({"randint": [2, 5]}) == [2, 4]
+    draw = domain_draw({"uniform": [1, 3]})
+    assert 1 < draw < 3 and not draw.is_integer()
+    draw = domain_draw({"loguniform": [1, 100]})
+    assert 1 < draw < 100 and not draw.is_integer()
+    assert domain_draw({"randint": [2, 5]}) is None and domain_draw({"grid": [1.5]}) is None
     assert default_params({"alpha": {"grid": [0.1]}, "temperature": 3.0}) == {"temperature": 3.0}
 
 
