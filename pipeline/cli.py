@@ -45,7 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_spec_args(p)
     p.add_argument("--method", required=True, help="registered method name")
     p.add_argument("--output", required=True, type=Path, help="folder for metrics.json and student/")
-    p.add_argument("--workdir", type=Path, default=None, help="cache folder (default: the spec's sibling 'runs/')")
+    p.add_argument("--workdir", type=Path, default=None, help="cache folder (default: runs/ in the current directory)")
     p.add_argument("--seed", type=int, default=None, help="default: the spec's first seed")
 
     p = sub.add_parser("sweep", help="prepare → teacher → search on Ray; prints the trial table")
