@@ -141,7 +141,7 @@ def front_table(chosen: Selection, metric_name: str) -> pd.DataFrame:
             "latency ms (p50 / p90)": fmt_latency(c["latency_ms"], c["latency_p90_ms"]),
             "speedup": fmt_speedup(c["speedup"]),
             "params": fmt_params(c["num_params"]),
-            "best seed": f"{c['best_trial_id']} ({fmt(c['best_metric'])})",
+            "registered seed (metric, latency ms)": f"{c['best_trial_id']} ({fmt(c['best_metric'])}, {fmt(c['best_latency_ms'], 2)})",
             "student": c["best_student_path"] or DASH,
         })
     return pd.DataFrame(rows)
@@ -208,12 +208,15 @@ def champion_line(chosen: Selection, ctx: ReportContext) -> str:
         budget.append(f"latency ≤ {s.max_latency_ms:g} ms")
     if s.min_speedup is not None:
         budget.append(f"speedup ≥ {s.min_speedup:g}×")
-    rule = f"best mean metric within {' and '.join(budget)}" if budget else "best mean metric (no latency budget)"
+    rule = (f"best mean metric whose registered seed is within {' and '.join(budget)}" if budget
+            else "best mean metric (no latency budget)")
     if chosen.champion is None:
         return f"**Champion** ({rule}): none — no measured configuration qualifies."
     c = chosen.champion
     return (f"**Champion** ({rule}): {c['config']} — {fmt_mean_std(c['metric_mean'], c['metric_std'], int(c['n']))}, "
-            f"{fmt_latency(c['latency_ms'], c['latency_p90_ms'])} ms, {fmt_speedup(c['speedup'])}")
+            f"{fmt_latency(c['latency_ms'], c['latency_p90_ms'])} ms, {fmt_speedup(c['speedup'])} (seed means); "
+            f"registered seed {c['best_trial_id']}: {fmt_latency(c['best_latency_ms'], c['best_latency_p90_ms'])} ms, "
+            f"{fmt_speedup(c['best_speedup'])}")
 
 
 def trial_counts(frame: pd.DataFrame) -> str:
@@ -296,7 +299,8 @@ def write_report(sweep_dir: Path, frame: pd.DataFrame, ctx: ReportContext, chose
     sections: list[tuple[str, pd.DataFrame | None, str]] = [
         ("Methods (best configuration of each)", config_table(best_per_method(chosen), metric_name, marks=False), ""),
         ("Pareto front", front_table(chosen, metric_name), f"On ({metric_name} ↑, latency ↓"
-         + (", params ↓" if ctx.selection.size_objective else "") + ") over seed means; the registry gets each member's best seed."),
+         + (", params ↓" if ctx.selection.size_objective else "") + ") over seed means; the registry gets each member's best seed, "
+         "and the latency budget and the registry's latency tags are that seed's own timing."),
         ("Paired comparisons", comparison_table(chosen),
          ("Each method's best configuration against another's, paired by seed over the seeds both ran; "
           "a percentile bootstrap over those pairs. An interval that spans 0 is no evidence of a difference.")),

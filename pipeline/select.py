@@ -115,7 +115,7 @@ def select_stage(
     if teacher is not None:
         summary.update({"teacher/latency_ms": teacher.p50_ms, "teacher/latency_p90_ms": teacher.p90_ms})
     if chosen.champion is not None:
-        summary.update({"champion/metric": float(chosen.champion["metric_mean"]), "champion/latency_ms": float(chosen.champion["latency_ms"])})
+        summary.update({"champion/metric": float(chosen.champion["metric_mean"]), "champion/latency_ms": float(chosen.champion["best_latency_ms"])})
     tracker.log_parent(metrics=summary)
     log(f"select: {len(chosen.front)} Pareto configuration(s) of {len(chosen.configs)}; report {files.markdown}, plot {files.plot}")
 

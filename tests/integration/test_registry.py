@@ -253,9 +253,11 @@ def test_version_tags_name_the_measurement(tmp_path):
                     num_params=10, hostname="h")
     config = {"method": "kd", "config": "kd alpha=0.5", "params": {"alpha": 0.5}, "best_trial_id": "t", "best_seed": 0,
               "metric_name": "accuracy", "metric_mean": 0.8, "metric_std": float("nan"), "n": 1, "best_metric": 0.8,
-              "latency_ms": 2.0, "latency_p90_ms": 2.5, "speedup": 3.0, "num_params": 10.0, "num_params_encoder": float("nan"),
-              "best_student_path": "/s"}
+              "latency_ms": 5.0, "latency_p90_ms": 6.0, "speedup": 2.0, "num_params": 10.0, "num_params_encoder": float("nan"),
+              "best_latency_ms": 2.0, "best_latency_p90_ms": 2.5, "best_speedup": 5.0, "best_student_path": "/s"}
     tags = version_tags(config, "sweep", m, {"teacher": "t", "data_fingerprint": "fp"})
+    # the registered export's own timing, not the configuration's seed mean
+    assert (tags["latency_ms"], tags["latency_p90_ms"], tags["speedup"]) == ("2.0", "2.5", "5.0")
     assert tags["latency_device"] == "Test CPU (cpu, 4 threads, torch 2.13.0)"
     assert (tags["latency_batch_size"], tags["latency_seq_length"], tags["latency_threads"]) == ("8", "32", "4")
     assert tags["num_params"] == "10" and "metric_std" not in tags and "num_params_encoder" not in tags  # unknown: no tag
