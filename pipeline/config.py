@@ -223,7 +223,10 @@ class TrainConfig(_Model):
 
 
 class AshaConfig(_Model):
-    grace_period: PositiveInt = 1  # evaluations
+    # Epochs of labeled training (train.epochs' unit, not evaluations) before ASHA may stop a
+    # trial. ASHA's time axis is the fraction of its labeled training a trial has done
+    # (`progress`), so the sweep passes min(grace_period, train.epochs) / train.epochs.
+    grace_period: PositiveInt = 1
     reduction_factor: Annotated[float, Field(gt=1)] = 2.0
 
 
