@@ -23,7 +23,8 @@ single trial:
   removes that shared noise): mean difference and a percentile bootstrap 95% interval. With the
   handful of seeds a sweep affords, the interval is rough; it is there to stop a 0.2-point
   "win" from being read as one.
-- `choose_champion` — the best mean metric among candidates within the latency budget
+- `choose_champion` — the best mean metric among the Pareto configurations (only they are
+  registered, so only they can carry the alias) within the latency budget
   (`selection.max_latency_ms`, `selection.min_speedup`); ties go to the faster configuration.
   The budget is checked on the latency and speedup of the export the registry would get (the
   best seed's), not on the seed mean: CoFi's seeds prune to different sizes, and a mean within
@@ -255,7 +256,7 @@ def select(frame: pd.DataFrame, selection: SelectionConfig, bootstrap_seed: int 
     wanted = objectives(selection)
     configs["pareto"] = pareto_mask(configs[[c for c, _ in wanted]].to_numpy(dtype=np.float64), [m for _, m in wanted]) if len(configs) else []
     configs["pareto"] = configs["pareto"].astype(bool)
-    champion = choose_champion(configs, selection)
+    champion = choose_champion(configs[configs["pareto"]], selection)  # only the front is registered
     configs["champion"] = configs["config_key"] == (champion["config_key"] if champion is not None else None)
     return Selection(
         frame=mark_pareto(frame, configs),

@@ -410,7 +410,10 @@ def register_front(
             version = register(client, name, model_uri, tags, description)
             outcome.versions[config["config_key"]] = str(version.version)
             log(f"registry: {name} v{version.version} ← {config['config']} ({used} flavor)")
-        if champion is not None and champion["config_key"] in outcome.versions:
+        if champion is not None and champion["config_key"] not in outcome.versions:
+            log(f"registry: the champion candidate {champion['config']} has no registered version; "
+                f"the {CHAMPION} alias is left alone")
+        elif champion is not None:
             version = client.get_model_version(name, outcome.versions[champion["config_key"]])
             outcome.decision = update_champion(client, name, version)
             verb = "moved to" if outcome.decision.moved else "stays on"

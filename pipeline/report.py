@@ -208,10 +208,10 @@ def champion_line(chosen: Selection, ctx: ReportContext) -> str:
         budget.append(f"latency ≤ {s.max_latency_ms:g} ms")
     if s.min_speedup is not None:
         budget.append(f"speedup ≥ {s.min_speedup:g}×")
-    rule = (f"best mean metric whose registered seed is within {' and '.join(budget)}" if budget
-            else "best mean metric (no latency budget)")
+    rule = (f"best mean metric on the front whose registered seed is within {' and '.join(budget)}" if budget
+            else "best mean metric on the front (no latency budget)")
     if chosen.champion is None:
-        return f"**Champion** ({rule}): none — no measured configuration qualifies."
+        return f"**Champion** ({rule}): none — no Pareto configuration qualifies."
     c = chosen.champion
     return (f"**Champion** ({rule}): {c['config']} — {fmt_mean_std(c['metric_mean'], c['metric_std'], int(c['n']))}, "
             f"{fmt_latency(c['latency_ms'], c['latency_p90_ms'])} ms, {fmt_speedup(c['speedup'])} (seed means); "

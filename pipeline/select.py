@@ -133,5 +133,5 @@ def select_stage(
                 "drydock.champion_decision": outcome.decision.reason,
             })
     if chosen.champion is None and len(chosen.configs):
-        log("select: no measured configuration meets the latency budget; the champion alias is left alone")
+        log("select: no Pareto configuration's registered seed meets the latency budget; the champion alias is left alone")
     return frame

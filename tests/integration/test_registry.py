@@ -161,6 +161,18 @@ def test_versions_are_tagged_and_the_champion_moves_only_on_improvement(store, t
         COMMANDS["registry"](parser.parse_args(["registry", "list", "nobody", "--tracking-uri", uri]))
 
 
+def test_a_champion_without_a_registered_version_is_logged(store, tmp_path):
+    uri, client, experiment = store
+    chosen = select(results_table.to_frame([trial("kd-s0", "kd", 0, 0.80, 4.0, tmp_path / "gone", None, alpha=0.5)]),
+                    SelectionConfig())
+    messages: list[str] = []
+    outcome = register_front(uri, "students", chosen.front, chosen.champion, sweep="test-sweep", experiment_id=experiment,
+                             measurements={}, max_length=128, pair=False, log=messages.append)
+    assert outcome.versions == {} and outcome.decision is None
+    assert messages == [f"registry: kd: student folder {tmp_path / 'gone'} is missing; not registered",
+                        "registry: the champion candidate kd has no registered version; the champion alias is left alone"]
+
+
 CONSUMER = r"""
 import json, sys
 sys.modules["pipeline"] = sys.modules["methods"] = None  # a consumer has no drydock

@@ -87,7 +87,7 @@ def test_report_is_rebuilt_from_files(sweep_dir, capsys):
     assert "Latency: batch 8 × 32 tokens on Test CPU 9000 (cpu, 2 threads, torch 2.13.0); p50 / p90 in ms." in md
     # the budget from the saved spec (3 ms): only finetune qualifies
     # seed means, then the registered (best) seed's own timing, which the budget is checked on
-    assert ("**Champion** (best mean metric whose registered seed is within latency ≤ 3 ms): finetune num_layers=1 — "
+    assert ("**Champion** (best mean metric on the front whose registered seed is within latency ≤ 3 ms): finetune num_layers=1 — "
             "0.8000 ± 0.0100 (n=3), 2.03 / 2.24 ms, 4.92× (seed means); "
             "registered seed finetune-num_layers1-s1: 2.10 / 2.31 ms, 4.76×") in md
     assert "Trials: 10 (8 finished, 1 failed, 1 stopped)" in md
@@ -128,7 +128,7 @@ def test_report_without_latency_or_spec_still_builds(sweep_dir):
     assert md.startswith("# Sweep demo")  # the folder's name stands in for the spec's
     assert "latency not measured" in md and "batch 32 × 64 tokens on cpu (not measured yet)" in md  # the default settings
     assert "**Teacher** tiny-teacher: accuracy 0.9000 · latency not measured" in md  # named by the students' drydock.json
-    assert "**Champion** (best mean metric (no latency budget)): none" in md
+    assert "**Champion** (best mean metric on the front (no latency budget)): none" in md
     assert files.plot.stat().st_size > 5000
     assert "Pareto front: empty" in pareto_table_text(frame)
 

@@ -136,6 +136,25 @@ def test_budget_is_checked_on_the_seed_that_gets_registered():
     assert choose_champion(aggregate(frame), SelectionConfig(max_latency_ms=9.0))["config"] == "cofi target_sparsity=0.9"
 
 
+def test_the_champion_is_chosen_on_the_front_only_the_front_is_registered():
+    # kd's best seed (5 ms) is within 6 ms, but kd is dominated on the seed means by cofi (0.91 at
+    # 5 ms vs 0.825 at 6.5 ms), is not registered, and so cannot be the champion either
+    frame = table([
+        trial("cofi", 0, 0.90, 3.0, target_sparsity=0.9), trial("cofi", 1, 0.90, 3.0, target_sparsity=0.9),
+        trial("cofi", 2, 0.93, 9.0, target_sparsity=0.9),
+        trial("kd", 0, 0.85, 5.0, alpha=0.5), trial("kd", 1, 0.80, 8.0, alpha=0.5),
+        trial("finetune", 0, 0.70, 1.0, num_layers=1),  # on the front, within the budget, worse
+    ])
+    budget = SelectionConfig(max_latency_ms=6.0)
+    chosen = select(frame, budget)
+    assert list(chosen.front["config"]) == ["finetune num_layers=1", "cofi target_sparsity=0.9"]
+    assert chosen.champion["config"] == "finetune num_layers=1"
+    assert by_config(chosen.configs)["finetune num_layers=1"]["champion"] and chosen.configs["champion"].sum() == 1
+    # without finetune nothing on the front qualifies: no champion rather than an unregistrable one
+    alone = select(table([r for r in frame.to_dict("records") if r["method"] != "finetune"]), budget)
+    assert alone.champion is None and not alone.configs["champion"].any()
+
+
 def test_labels_show_what_tells_configurations_apart():
     # trials record every parameter; a label shows those that vary within the method or that
     # differ from its default (kd: alpha 0.5, temperature 2), and names unknown methods in full
