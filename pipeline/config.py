@@ -14,6 +14,7 @@ collected and reported together, one line each, as `field.path: what was expecte
 from __future__ import annotations
 
 import copy
+import itertools
 import math
 import os
 import re
@@ -487,6 +488,11 @@ def _format_error(err: dict[str, Any]) -> str:
     return f"{loc}: {msg}"
 
 
+def param_error(err: dict[str, Any]) -> str:
+    """A pydantic error about a method's parameters, as the text after `methods.<name>.<param>: `."""
+    return _format_error({**err, "loc": ()}).split(": ", 1)[1]
+
+
 def validate_methods(spec: SweepSpec) -> list[str]:
     """Each method must be registered and each parameter (and domain value) valid for it."""
     from methods import get_method, registered_methods
@@ -523,7 +529,36 @@ def validate_methods(spec: SweepSpec) -> list[str]:
             elif errors:
                 reason = "; ".join(msg for _, msg in errors)
                 problems.append(f"{where}: {kind} draws values inside the range that {pname} rejects: {reason}")
+        if not any(p.startswith(f"methods.{name}.") for p in problems):
+            problems.extend(f"methods.{name}: {msg}" for msg in _combination_problems(model, params))
     return problems
+
+
+MAX_COMBINATIONS_CHECKED = 10_000
+
+
+def _combination_problems(model: type[BaseModel], params: dict[str, Any]) -> list[str]:
+    """Cross-field checks (a sum that must not exceed 1, two ways to give one setting): the
+    parameters together, for every grid and choice value and each bound of every range.
+
+    Checking each parameter alone misses these, and the sweep would then stop at the first bad
+    combination. The constraints compare or add parameters, so a range that passes at its
+    bounds passes inside them; `expand_trials` still reports a draw that fails as a SpecError.
+    """
+    values = {k: domain_candidates(v) if is_domain(v) else [v] for k, v in params.items()}
+    searched = [k for k, v in params.items() if is_domain(v)]
+    found: dict[str, str] = {}
+    combos = itertools.islice(itertools.product(*values.values()), MAX_COMBINATIONS_CHECKED)
+    for combo in combos:
+        point = dict(zip(values, combo))
+        try:
+            model.model_validate(point)
+        except ValidationError as e:
+            with_ = ", ".join(f"{k}={point[k]!r}" for k in searched)
+            for err in e.errors():
+                msg = param_error(err)
+                found.setdefault(msg, f"{msg} (with {with_})" if with_ else msg)
+    return list(found.values())
 
 
 def _field_errors(model: type[BaseModel], pname: str, value: Any) -> list[tuple[str, str]]:
@@ -535,7 +570,7 @@ def _field_errors(model: type[BaseModel], pname: str, value: Any) -> list[tuple[
         model.model_validate({pname: value})
     except ValidationError as e:
         return [
-            (err["type"], _format_error({**err, "loc": ()}).split(": ", 1)[1])
+            (err["type"], param_error(err))
             for err in e.errors()
             if tuple(err["loc"][:1]) == (pname,)
         ]

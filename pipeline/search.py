@@ -19,7 +19,10 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
-from pipeline.config import SweepSpec, is_domain
+from pydantic import ValidationError
+
+from pipeline.config import SweepSpec, is_domain, param_error
+from pipeline.errors import SpecError
 
 
 @dataclass(frozen=True)
@@ -74,7 +77,14 @@ def method_configurations(method: str, params: dict[str, Any], num_samples: int,
         point = {**fixed, **dict(zip(grids, combo))}
         for _ in range(num_samples if randoms else 1):
             drawn = {k: _sample(kind, arg, rng) for k, (kind, arg) in randoms.items()}
-            full = model.model_validate({**point, **drawn}).model_dump(mode="json")
+            try:
+                full = model.model_validate({**point, **drawn}).model_dump(mode="json")
+            except ValidationError as e:  # validate_methods checks the bounds; a draw inside may still fail
+                searched = ", ".join(f"{k}={v!r}" for k, v in {**dict(zip(grids, combo)), **drawn}.items())
+                raise SpecError([
+                    f"{'.'.join(['methods', method, *map(str, err['loc'])])}: {param_error(err)} (with {searched})"
+                    for err in e.errors()
+                ]) from None
             ident = json.dumps(full, sort_keys=True)
             if ident not in seen:
                 seen.add(ident)
