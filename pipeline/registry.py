@@ -17,7 +17,11 @@ saved folder as an artifact and does tokenizer → model → softmax itself (sam
 
 The alias moves only forward: a new champion must beat the current champion's metric as
 recorded in that version's tags (same metric name), so re-running a sweep that came out worse
-never silently replaces a better model. `drydock promote` moves it by hand.
+never silently replaces a better model. The one exception is the budget: a champion whose
+recorded `latency_ms` / `speedup` is outside the *current* sweep's `selection` budget gives way
+to this sweep's champion (which is within it) whatever the metrics; if this sweep has no
+champion, the alias stays and the decision says the champion is outside the budget. A champion
+without a recorded latency is not judged on it. `drydock promote` moves the alias by hand.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from mlflow import MlflowClient
 from mlflow.entities.model_registry import ModelVersion
 from mlflow.exceptions import MlflowException
 
+from pipeline.config import SelectionConfig
 from pipeline.errors import DrydockError
 
 CHAMPION = "champion"
@@ -204,13 +209,32 @@ def _number(text: str | None) -> float:
         return math.nan
 
 
-def beats_champion(candidate_tags: dict[str, str], current_tags: dict[str, str] | None) -> tuple[bool, str]:
-    """(move?, why): pure, on the tags the registry holds."""
+def outside_budget(tags: dict[str, str], budget: SelectionConfig | None) -> str | None:
+    """How a version's recorded latency / speedup breaks `budget`; None when it does not, or
+    when the figure is not recorded (nothing to judge)."""
+    if budget is None:
+        return None
+    latency, speedup = _number(tags.get("latency_ms")), _number(tags.get("speedup"))
+    broken = []
+    if budget.max_latency_ms is not None and latency > budget.max_latency_ms:
+        broken.append(f"latency {latency:.2f} ms > {budget.max_latency_ms:g} ms")
+    if budget.min_speedup is not None and speedup < budget.min_speedup:
+        broken.append(f"speedup {speedup:.2f}× < {budget.min_speedup:g}×")
+    return " and ".join(broken) or None
+
+
+def beats_champion(candidate_tags: dict[str, str], current_tags: dict[str, str] | None,
+                   budget: SelectionConfig | None = None) -> tuple[bool, str]:
+    """(move?, why): pure, on the tags the registry holds. The candidate is within `budget` (the
+    current sweep's) by construction; a champion outside it gives way whatever the metrics."""
     if current_tags is None:
         return True, "no champion yet"
     if candidate_tags.get("metric_name") != current_tags.get("metric_name"):
         return False, (f"the champion is scored by {current_tags.get('metric_name')!r} and this candidate by "
                        f"{candidate_tags.get('metric_name')!r}: not comparable, promote by hand if intended")
+    outside = outside_budget(current_tags, budget)
+    if outside is not None:
+        return True, f"the champion is outside this sweep's latency budget ({outside})"
     new, old = _number(candidate_tags.get("metric")), _number(current_tags.get("metric"))
     if math.isnan(old):
         return True, "the champion has no recorded metric"
@@ -227,12 +251,12 @@ class ChampionDecision:
     reason: str
 
 
-def update_champion(client: MlflowClient, name: str, version: ModelVersion) -> ChampionDecision:
+def update_champion(client: MlflowClient, name: str, version: ModelVersion, budget: SelectionConfig | None = None) -> ChampionDecision:
     current = champion_version(client, name)
     previous = str(current.version) if current is not None else None
     if previous == str(version.version):
         return ChampionDecision(False, previous, previous, "already the champion")
-    move, reason = beats_champion(version.tags, current.tags if current is not None else None)
+    move, reason = beats_champion(version.tags, current.tags if current is not None else None, budget)
     if move:
         client.set_registered_model_alias(name, CHAMPION, str(version.version))
         return ChampionDecision(True, str(version.version), previous, reason)
@@ -381,11 +405,13 @@ def register_front(
     max_length: int | None,
     pair: bool,
     flavor: Flavor = "auto",
+    budget: SelectionConfig | None = None,
     log: Callable[[str], None] = print,
 ) -> RegistryOutcome:
     """Register each Pareto configuration's best-seed export (once), tag it, then offer the
     champion configuration's version the alias. `front` and `champion` come from
-    `pipeline.pareto.select`; `measurements` maps trial_id → latency Measurement."""
+    `pipeline.pareto.select` under `budget` (the sweep's `selection`), against which the current
+    champion is checked too; `measurements` maps trial_id → latency Measurement."""
     client = client_for(uri)
     outcome = RegistryOutcome()
     with tracking(uri):
@@ -415,9 +441,17 @@ def register_front(
                 f"the {CHAMPION} alias is left alone")
         elif champion is not None:
             version = client.get_model_version(name, outcome.versions[champion["config_key"]])
-            outcome.decision = update_champion(client, name, version)
+            outcome.decision = update_champion(client, name, version, budget)
             verb = "moved to" if outcome.decision.moved else "stays on"
             log(f"registry: {CHAMPION} {verb} v{outcome.decision.version} ({outcome.decision.reason})")
+        if champion is None and (current := champion_version(client, name)) is not None:
+            outside = outside_budget(current.tags, budget)
+            if outside is not None:
+                v = str(current.version)
+                reason = (f"the champion is outside this sweep's latency budget ({outside}), but no configuration of "
+                          "this sweep meets it either")
+                outcome.decision = ChampionDecision(False, v, v, reason)
+                log(f"registry: {CHAMPION} stays on v{v} ({reason})")
     return outcome
 
 

@@ -11,7 +11,8 @@ It runs after the search, on the sweep's current results.parquet, in the sweep's
 3. report — report.md / report.html / pareto.png / pareto.csv in the sweep folder, logged to the
    sweep's parent run with latency.json and the updated results table;
 4. registry — each Pareto configuration's best seed becomes a model version, and the champion
-   alias moves only if the new champion beats the current one (`pipeline.registry`).
+   alias moves only if the new champion beats the current one, or the current one is outside
+   this sweep's latency budget (`pipeline.registry`).
 
 The files come before the registry so that a registry outage still leaves a complete,
 inspectable sweep folder.
@@ -124,7 +125,7 @@ def select_stage(
         outcome = register_front(
             tracker.uri, spec.registered_model_name, chosen.front, chosen.champion,
             sweep=spec.name, experiment_id=tracker.experiment_id, measurements=measured,
-            max_length=spec.task.max_seq_length, pair=task_spec(spec.task).is_pair, log=log,
+            max_length=spec.task.max_seq_length, pair=task_spec(spec.task).is_pair, budget=spec.selection, log=log,
         )
         if outcome.decision is not None and tracker.parent_id:
             tracker.set_tags(tracker.parent_id, {

@@ -26,6 +26,7 @@ from pipeline.export import save_student
 from pipeline.pareto import select
 from pipeline.registry import (
     CHAMPION,
+    beats_champion,
     client_for,
     log_student,
     promote,
@@ -88,10 +89,10 @@ def new_run(client: MlflowClient, experiment: str, name: str) -> str:
     return run.info.run_id
 
 
-def register_round(uri, experiment, rows, name="students", budget: SelectionConfig | None = None):
+def register_round(uri, experiment, rows, name="students", budget: SelectionConfig | None = None, log=lambda _: None):
     chosen = select(results_table.to_frame(rows), budget or SelectionConfig())
     outcome = register_front(uri, name, chosen.front, chosen.champion, sweep="test-sweep", experiment_id=experiment,
-                             measurements={}, max_length=128, pair=False, log=lambda _: None)
+                             measurements={}, max_length=128, pair=False, budget=budget or SelectionConfig(), log=log)
     return chosen, outcome
 
 
@@ -159,6 +160,40 @@ def test_versions_are_tagged_and_the_champion_moves_only_on_improvement(store, t
     assert len([line for line in listing.splitlines() if "tiny-teacher" in line or "kd-s0" in line or "cofi-s0" in line]) >= 2
     with pytest.raises(DrydockError, match="registered model 'nobody' not found"):
         COMMANDS["registry"](parser.parse_args(["registry", "list", "nobody", "--tracking-uri", uri]))
+
+
+def test_a_champion_outside_the_current_budget_gives_way(store, tmp_path, tiny_tokenizer):
+    uri, client, experiment = store
+    folders = [stock_student(tmp_path / f"s{i}", tiny_tokenizer, seed=i) for i in range(3)]
+    _, first = register_round(uri, experiment, [trial("a-s0", "kd", 0, 0.90, 8.0, folders[0], new_run(client, experiment, "a"), alpha=0.1)])
+    assert first.decision.moved and first.decision.version == "1"
+    # a tighter budget: the 8 ms champion is outside it, so a worse but in-budget model takes the alias
+    _, second = register_round(uri, experiment, [trial("b-s0", "kd", 0, 0.80, 3.0, folders[1], new_run(client, experiment, "b"), alpha=0.2)],
+                               budget=SelectionConfig(max_latency_ms=5.0))
+    assert second.decision.moved and (second.decision.previous, second.decision.version) == ("1", "2")
+    assert second.decision.reason == "the champion is outside this sweep's latency budget (latency 8.00 ms > 5 ms)"
+    assert str(client.get_model_version_by_alias("students", CHAMPION).version) == "2"
+    # tighter still, and nothing of this sweep meets it: the alias stays, and the decision says why
+    messages: list[str] = []
+    chosen, third = register_round(uri, experiment, [trial("c-s0", "kd", 0, 0.95, 4.0, folders[2], new_run(client, experiment, "c"),
+                                                            alpha=0.3)], budget=SelectionConfig(max_latency_ms=2.0), log=messages.append)
+    assert chosen.champion is None and not third.decision.moved and third.decision.version == "2"
+    reason = ("the champion is outside this sweep's latency budget (latency 3.00 ms > 2 ms), "
+              "but no configuration of this sweep meets it either")
+    assert third.decision.reason == reason and messages[-1] == f"registry: champion stays on v2 ({reason})"
+    assert str(client.get_model_version_by_alias("students", CHAMPION).version) == "2"
+
+
+def test_beats_champion_checks_the_champion_against_the_current_budget():
+    champion = {"metric_name": "accuracy", "metric": "0.90", "latency_ms": "8.0", "speedup": "1.5"}
+    candidate = {"metric_name": "accuracy", "metric": "0.80", "latency_ms": "3.0", "speedup": "4.0"}
+    assert beats_champion(candidate, champion) == (False, "accuracy 0.8000 does not beat the champion's 0.9000")
+    assert beats_champion(candidate, champion, SelectionConfig(max_latency_ms=8.0))[0] is False  # on the limit: within
+    assert beats_champion(candidate, champion, SelectionConfig(min_speedup=2.0)) == (
+        True, "the champion is outside this sweep's latency budget (speedup 1.50× < 2×)")
+    assert beats_champion(candidate, {**champion, "metric_name": "f1"}, SelectionConfig(max_latency_ms=5.0))[0] is False
+    no_latency = {"metric_name": "accuracy", "metric": "0.90"}  # nothing recorded: not judged on it
+    assert beats_champion(candidate, no_latency, SelectionConfig(max_latency_ms=5.0))[0] is False
 
 
 def test_a_champion_without_a_registered_version_is_logged(store, tmp_path):
