@@ -300,7 +300,8 @@ def registry_table_text(client: MlflowClient, name: str) -> str:
     for alias, version in (model.aliases or {}).items():
         aliases.setdefault(str(version), []).append(alias)
     table = Table(title=f"{name}: {', '.join(f'{a} → v{v}' for a, v in sorted((model.aliases or {}).items())) or 'no aliases'}")
-    for column in ["version", "aliases", "configuration", "metric (mean ± std, n)", "latency ms", "speedup", "params", "device", "trial"]:
+    for column in ["version", "aliases", "configuration", "metric (mean ± std, n)", "latency ms", "speedup", "params",
+                   "measured on (device, batch × sequence length)", "trial"]:
         table.add_column(column, justify="right" if column in ("version", "latency ms", "speedup", "params") else "left")
     for v in versions(client, name):
         t = v.tags
@@ -309,10 +310,18 @@ def registry_table_text(client: MlflowClient, name: str) -> str:
                   + f" (n={t.get('metric_n', '?')})") if "metric" in t else "–"
         table.add_row(str(v.version), ", ".join(aliases.get(str(v.version), [])), t.get("config", "–"), metric,
                       _fixed(t.get("latency_ms"), 2), _fixed(t.get("speedup"), 2, "×"), _params(t.get("num_params")),
-                      t.get("latency_device", "–"), t.get("trial_id", "–"))
+                      _measured_on(t), t.get("trial_id", "–"))
     out = StringIO()
     Console(file=out, width=200).print(table)
     return out.getvalue()
+
+
+def _measured_on(tags: dict[str, str]) -> str:
+    """`Test CPU (cpu, 4 threads, torch 2.x), batch 8 × 32`: a latency means little without its shape."""
+    parts = [tags["latency_device"]] if tags.get("latency_device") else []
+    if tags.get("latency_batch_size") or tags.get("latency_seq_length"):
+        parts.append(f"batch {tags.get('latency_batch_size', '?')} × {tags.get('latency_seq_length', '?')}")
+    return ", ".join(parts) or "–"
 
 
 def _params(text: str | None) -> str:

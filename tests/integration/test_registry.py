@@ -310,6 +310,21 @@ def test_version_tags_name_the_measurement(tmp_path):
     assert tags["num_params"] == "10" and "metric_std" not in tags and "num_params_encoder" not in tags  # unknown: no tag
 
 
+def test_registry_list_shows_where_and_how_latency_was_measured(store, capsys):
+    uri, client, _ = store
+    client.create_registered_model("listed")
+    client.create_model_version("listed", "file:///nowhere", tags={
+        "metric_name": "accuracy", "metric": "0.8", "metric_n": "1", "latency_ms": "2.5", "speedup": "4.0",
+        "latency_device": "Test CPU (cpu, 4 threads, torch 2.13.0)", "latency_batch_size": "8", "latency_seq_length": "32"})
+    client.create_model_version("listed", "file:///nowhere", tags={"metric_name": "accuracy", "metric": "0.7"})
+    parser = argparse.ArgumentParser()
+    add_commands(parser.add_subparsers(dest="command", required=True))
+    assert COMMANDS["registry"](parser.parse_args(["registry", "list", "listed", "--tracking-uri", uri])) == 0
+    rows = {line.split("│")[1].strip(): line for line in capsys.readouterr().out.splitlines() if line.count("│") > 5}
+    assert "Test CPU (cpu, 4 threads, torch 2.13.0), batch 8 × 32" in rows["1"] and "2.50" in rows["1"]
+    assert "batch" not in rows["2"]  # not measured: nothing made up
+
+
 def test_select_stage_measures_selects_reports_and_registers(tmp_path, tiny_tokenizer):
     from pipeline.select import select_stage
     from pipeline.tracking import SweepTracker
