@@ -394,11 +394,7 @@ def run_sweep(
         log(f"resume: no earlier run of {spec.name!r} in {sweep_dir}; starting a new one")
     run_id = state["run_id"] if resuming else time.strftime("%Y%m%d-%H%M%S")
     paths = SweepPaths(sweep_dir, run_id)
-    paths.trials_dir.mkdir(parents=True, exist_ok=True)
-    if not resuming and paths.results.exists():  # keep the previous run's table with its run
-        previous = state.get("run_id")
-        if previous:
-            os.replace(paths.results, sweep_dir / "runs" / previous / results_table.RESULTS_FILE)
+    tracker = SweepTracker(spec, workdir)  # a wrong tracking URI fails here, before any work
 
     # prepare: once, in this process, cached for every trial
     t0 = time.time()
@@ -427,7 +423,13 @@ def run_sweep(
     metric_key = f"eval/{metric_name}"
     teacher_metric = teacher.metrics.get(metric_key)
 
-    tracker = SweepTracker(spec, workdir)
+    # Only now, every check passed and the teacher ready, does this run take the sweep's folder
+    # over: the previous run's table moves into that run's folder.
+    paths.trials_dir.mkdir(parents=True, exist_ok=True)
+    if not resuming and paths.results.exists():
+        previous = state.get("run_id")
+        if previous:
+            os.replace(paths.results, sweep_dir / "runs" / previous / results_table.RESULTS_FILE)
     if resuming and state.get("parent_run_id"):
         tracker.parent_id = state["parent_run_id"]
         tracker.client.update_run(tracker.parent_id, status="RUNNING")

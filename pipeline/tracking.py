@@ -22,6 +22,7 @@ from mlflow import MlflowClient
 from mlflow.entities import Metric, Param, RunTag
 
 from pipeline.config import SweepSpec
+from pipeline.errors import DrydockError
 
 logging.getLogger("mlflow").setLevel(logging.WARNING)  # no schema-migration chatter
 
@@ -68,8 +69,13 @@ class SweepTracker:
 
     def __init__(self, spec: SweepSpec, workdir: Path):
         self.uri = tracking_uri(spec, workdir)
-        self.client = MlflowClient(self.uri)
-        self.experiment_id = ensure_experiment(self.client, spec.experiment_name, workdir)
+        try:
+            self.client = MlflowClient(self.uri)
+            self.experiment_id = ensure_experiment(self.client, spec.experiment_name, workdir)
+        except Exception as e:  # a typo in the URI, a server that does not answer, a bad credential
+            source = "tracking.uri" if spec.tracking.uri else "MLFLOW_TRACKING_URI" if os.environ.get("MLFLOW_TRACKING_URI") else "tracking"
+            reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise DrydockError(f"{source}: cannot use the MLflow tracking store {self.uri!r}: {reason}") from None
         self.spec = spec
         self.parent_id: str | None = None
         self._runs: dict[str, str] = {}

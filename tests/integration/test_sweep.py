@@ -202,6 +202,36 @@ def test_a_trial_the_cluster_cannot_hold_fails_before_the_teacher_stage(ray_loca
     assert messages[-1].startswith(f"search: max_concurrent_trials is {cpus + 2}, but the Ray cluster holds {cpus} trial(s) now")
 
 
+def test_a_wrong_tracking_uri_fails_before_any_work(tmp_path):
+    from pipeline.errors import DrydockError
+    from pipeline.sweep import run_sweep
+
+    spec = load_spec(SMOKE, ["name=smoke-uri", "tracking.uri=sqllite:///mlflow.db"])
+    with pytest.raises(DrydockError, match=r"^tracking.uri: cannot use the MLflow tracking store 'sqllite:///mlflow.db': .*unsupported URI"):
+        run_sweep(spec, tmp_path)
+    assert list(tmp_path.iterdir()) == []  # nothing tokenized, no sweep folder
+
+
+def test_a_run_that_fails_before_training_leaves_the_previous_results_in_place(tmp_path):
+    """The previous run's table moves into its run folder only once a new run really starts."""
+    from pipeline.errors import DataError
+    from pipeline.sweep import run_sweep
+
+    glue = tmp_path / "glue" / "SST-2"
+    glue.mkdir(parents=True)
+    for split in ("train", "dev"):
+        (glue / f"{split}.tsv").write_text("sentence\tscore\na fine film\t1\n")  # no `label` column
+    spec = load_spec(SMOKE, ["name=sst2-broken", "task.name=sst2", "task.source=glue_dir", f"task.glue_dir={tmp_path / 'glue'}"])
+    sweep_dir = tmp_path / "work" / "sst2-broken"
+    (sweep_dir / "runs" / "20260101-000000").mkdir(parents=True)
+    (sweep_dir / "state.json").write_text(json.dumps({"run_id": "20260101-000000", "status": "finished"}))
+    (sweep_dir / "results.parquet").write_bytes(b"the previous run's table")
+    with pytest.raises(DataError, match="label"):
+        run_sweep(spec, tmp_path / "work", log=lambda _: None)
+    assert (sweep_dir / "results.parquet").read_bytes() == b"the previous run's table"
+    assert sorted(p.name for p in (sweep_dir / "runs").iterdir()) == ["20260101-000000"]
+
+
 def test_a_bad_deepspeed_preset_fails_before_any_work(workdir):
     from pipeline.errors import DrydockError
     from pipeline.sweep import run_sweep
