@@ -58,16 +58,24 @@ def spec_lock(sweep_dir: Path) -> Iterator[None]:
 
 def fingerprints(spec: SweepSpec, workdir: Path) -> dict[str, str]:
     """What decides a sweep's outcome: the spec (minus where it runs), the data, the teacher."""
-    from pipeline.stages import prepare, teacher_key
+    from pipeline.stages import folder_digest, prepare, teacher_key
 
     settings = spec_to_dict(spec)
     for where in ("resources", "tracking"):  # the same study run elsewhere is the same study
         settings.pop(where, None)
+    # Where the data and a given teacher lie is not what they are: their contents are below (the
+    # same study on a host that mounts the data elsewhere is the same study).
+    settings["task"].pop("glue_dir", None)
+    for split in ("train", "dev", "test"):
+        (settings["task"].get("files") or {}).pop(split, None)
+    settings["teacher"].pop("finetuned", None)
     prepared = prepare(spec, workdir)
+    given = spec.teacher.finetuned
     return {
         "spec": hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16],
         "data": prepared.data.fingerprint,
-        "teacher": teacher_key(spec, prepared) if not spec.teacher.finetuned else f"given:{spec.teacher.finetuned}",
+        # a given teacher by its files: a nightly-refreshed checkpoint at the same path is a change
+        "teacher": teacher_key(spec, prepared) if not given else f"given:{folder_digest(Path(given))}",
     }
 
 

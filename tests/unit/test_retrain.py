@@ -30,3 +30,47 @@ def test_fingerprints_change_with_data_and_settings_but_not_with_where_it_runs(t
     assert more_data["data"] != base["data"] and more_data["teacher"] != base["teacher"]
     other_lr = fingerprints(load_spec(ROOT / "sweeps" / "smoke.yaml", ["train.learning_rate=0.01"]), tmp_path)
     assert other_lr["spec"] != base["spec"] and other_lr["data"] == base["data"] and other_lr["teacher"] == base["teacher"]
+
+
+def _model_folder(path: Path, weights: bytes) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "config.json").write_text('{"model_type": "bert"}')
+    (path / "model.safetensors").write_bytes(weights)
+    return path
+
+
+def test_a_teacher_is_fingerprinted_by_its_files_and_training_settings_not_its_path(tmp_path):
+    smoke = ROOT / "sweeps" / "smoke.yaml"
+    given = _model_folder(tmp_path / "given", b"weights v1")
+    base = fingerprints(load_spec(smoke, [f"teacher.finetuned={given}"]), tmp_path)
+    # the same files elsewhere are the same teacher; refreshed in place, another one
+    copy = _model_folder(tmp_path / "elsewhere", b"weights v1")
+    assert fingerprints(load_spec(smoke, [f"teacher.finetuned={copy}"]), tmp_path) == base
+    (given / "model.safetensors").write_bytes(b"weights v2")
+    refreshed = fingerprints(load_spec(smoke, [f"teacher.finetuned={given}"]), tmp_path)
+    assert refreshed["teacher"] != base["teacher"] and refreshed["spec"] == base["spec"]
+
+    # a pretrained checkpoint in a local folder, fine-tuned by the sweep: its files are in the key
+    model = _model_folder(tmp_path / "pretrained", b"v1")
+    local = [f"teacher.model={model}", "teacher.architecture=null"]
+    first = fingerprints(load_spec(smoke, local), tmp_path)["teacher"]
+    (model / "model.safetensors").write_bytes(b"v2")
+    assert fingerprints(load_spec(smoke, local), tmp_path)["teacher"] != first
+    # the teacher trains with train.max_grad_norm too; at its default the key is the old one
+    plain = fingerprints(load_spec(smoke), tmp_path)["teacher"]
+    assert fingerprints(load_spec(smoke, ["train.max_grad_norm=1.0"]), tmp_path)["teacher"] == plain
+    assert fingerprints(load_spec(smoke, ["train.max_grad_norm=0.5"]), tmp_path)["teacher"] != plain
+
+
+def test_where_the_data_lies_is_not_a_change(tmp_path, glue_dir):
+    rte = glue_dir / "RTE"
+    mounts = []
+    for mount in ("a", "b"):
+        folder = tmp_path / mount / "RTE"
+        folder.mkdir(parents=True)
+        for split in ("train", "dev"):
+            (folder / f"{split}.tsv").write_bytes((rte / f"{split}.tsv").read_bytes())
+        mounts.append(tmp_path / mount)
+    common = ["task.name=rte", "task.source=glue_dir", "task.max_train_samples=64", "task.max_eval_samples=32"]
+    a, b = (fingerprints(load_spec(ROOT / "sweeps" / "smoke.yaml", [*common, f"task.glue_dir={m}"]), tmp_path) for m in mounts)
+    assert a == b
