@@ -134,9 +134,24 @@ def log_student(
     log: Callable[[str], None] = print,
 ) -> tuple[str, str]:
     """Log the student folder as a model of the run; returns (model URI, flavor used).
-    Needs `tracking(uri)` around it."""
+    Needs `tracking(uri)` around it.
+
+    The flavors log to the active run, so the trial's (ended) run is resumed; ending it again
+    would stamp it with today's end time and make the trial look as long as the sweep, so its
+    original status and end time are put back (`set_terminated(..., end_time=...)`)."""
+    client = MlflowClient(mlflow.get_tracking_uri())
+    ended = client.get_run(run_id).info
+    try:
+        return _log_student(folder, run_id, max_length=max_length, pair=pair, flavor=flavor, log=log)
+    finally:
+        if ended.end_time is not None:
+            client.set_terminated(run_id, status=ended.status, end_time=ended.end_time)
+
+
+def _log_student(folder: Path, run_id: str, *, max_length: int | None, pair: bool, flavor: Flavor,
+                 log: Callable[[str], None]) -> tuple[str, str]:
     example = PAIR_EXAMPLE if pair else SINGLE_EXAMPLE
-    with mlflow.start_run(run_id=run_id):  # resumes the trial's run; ending it restores FINISHED
+    with mlflow.start_run(run_id=run_id):  # resumes the trial's run; log_student restores its ending
         if flavor in ("auto", "transformers"):
             try:
                 config = {"truncation": True, "max_length": max_length} if max_length else {"truncation": True}

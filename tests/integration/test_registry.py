@@ -101,6 +101,7 @@ def test_versions_are_tagged_and_the_champion_moves_only_on_improvement(store, t
     a = stock_student(tmp_path / "a", tiny_tokenizer, seed=0)
     b = custom_student(tmp_path / "b", tiny_tokenizer)
     run_a, run_b = new_run(client, experiment, "kd"), new_run(client, experiment, "cofi")
+    ended_a = client.get_run(run_a).info.end_time
     rows = [
         trial("kd-s0", "kd", 0, 0.80, 4.0, a, run_a, alpha=0.5), trial("kd-s1", "kd", 1, 0.78, 4.0, None, None, alpha=0.5),
         trial("cofi-s0", "cofi", 0, 0.75, 2.0, b, run_b, sparsity=0.9),
@@ -111,6 +112,8 @@ def test_versions_are_tagged_and_the_champion_moves_only_on_improvement(store, t
     kd, cofi = by_method["kd"], by_method["cofi"]
     kd_version = str(kd.version)  # MLflow returns versions as int or str depending on the call
     assert kd.run_id == run_a and cofi.run_id == run_b  # logged under each best seed's trial run
+    # logging the model resumed the trial's run; its ending is as it was
+    assert client.get_run(run_a).info.end_time == ended_a and client.get_run(run_a).info.status == "FINISHED"
     assert float(kd.tags["metric"]) == pytest.approx(0.79) and float(kd.tags["metric_std"]) == pytest.approx(0.0141421, rel=1e-4)
     assert kd.tags["metric_n"] == "2" and kd.tags["metric_name"] == "accuracy" and kd.tags["trial_id"] == "kd-s0"
     assert json.loads(kd.tags["params"]) == {"alpha": 0.5} and kd.tags["config"] == "kd"  # its default alpha
