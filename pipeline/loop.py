@@ -522,6 +522,11 @@ def run(
     labeled_before = [sum(p.steps for p in plan[:i] if p.data == "train") for i in range(len(plan))]
     labeled_total = max(1, sum(p.steps for p in plan if p.data == "train"))
 
+    # Each evaluation's report carries every loss term's mean over the steps since the previous
+    # report (a term counts the steps it was computed in: MiniLM's distillation terms reach its
+    # first fine-tuning evaluation), so trackers see the losses while a trial runs.
+    since_eval: dict[str, list[float]] = {}
+
     t0 = time.perf_counter()
     bar = _progress_bar(planned, train.progress_bar and dist.is_main and sys.stderr.isatty())
     for phase_index in range(start_phase, len(plan)):
@@ -550,11 +555,17 @@ def run(
         for phase_step in range(first_step, phase.steps):
             progress = Progress(step, planned, phase.name, phase_step, phase.steps)
             schedule_values = method.on_step(progress)
+            step_terms: dict[str, float] = {}
             for _ in range(train.grad_accumulation):
                 terms = engine.micro_step(_to(stream.next(), device), progress, 1.0 / train.grad_accumulation)
                 for k, v in terms.items():
-                    running[k] = running.get(k, 0.0) + float(v.detach()) / train.grad_accumulation
-            diverged = diverged_ranks(running["total"], dist)
+                    step_terms[k] = step_terms.get(k, 0.0) + float(v.detach()) / train.grad_accumulation
+            for k, v in step_terms.items():
+                running[k] = running.get(k, 0.0) + v
+                since_eval.setdefault(k, [0.0, 0])
+                since_eval[k][0] += v
+                since_eval[k][1] += 1
+            diverged = diverged_ranks(step_terms["total"], dist)
             if diverged:
                 where = f" on rank {', '.join(map(str, diverged))}" if dist.world_size > 1 else ""
                 own = (": " + ", ".join(f"{k}={float(v.detach()):.4g}" for k, v in terms.items())) if dist.rank in diverged else ""
@@ -604,7 +615,9 @@ def run(
                 if dist.is_main:
                     torch.save(snapshot, directory / CHECKPOINT_FILE)
 
-            report = {**metrics, **{f"schedule/{k}": float(v) for k, v in schedule_values.items()}}
+            report = {**metrics, **{f"schedule/{k}": float(v) for k, v in schedule_values.items()},
+                      **{f"loss/{k}": total / count for k, (total, count) in since_eval.items()}}
+            since_eval = {}
             reporter.report(report, save)
     if bar is not None:
         bar.close()

@@ -240,7 +240,7 @@ def make_callback(spec: SweepSpec, paths: SweepPaths, tracker, metric_name: str,
                 self.ended.add(t.key)
                 return
             self.last[t.key] = result
-            metrics = {k: v for k, v in result.items() if k.split("/")[0] in ("eval", "schedule") or k.startswith("eval_") or k in ("epoch", "progress")}
+            metrics = {k: v for k, v in result.items() if k.split("/")[0] in ("eval", "schedule", "loss") or k.startswith("eval_") or k in ("epoch", "progress")}
             step = int(result.get("step", 0))  # read now: Tune owns `result`
             self._record(f"metrics of trial {t.key}", lambda: tracker.log_metrics(tracker.trial_run(t.key), metrics, step))
 

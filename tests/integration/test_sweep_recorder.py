@@ -83,7 +83,8 @@ def test_a_trial_the_scheduler_stopped_is_stopped_whatever_its_dying_worker_wrot
     for t in (stopped, failed):
         write_outcome(paths.trials_dir / t.key, {"status": "failed", "error": "ActorDiedError: The actor is dead because its owner has died."})
     trial = lambda t: SimpleNamespace(config={"trial": t.to_dict()}, trial_id=t.key)
-    callback.on_trial_result(0, [], trial(stopped), {"eval/accuracy": 0.55, "step": 8, "epoch": 1.0})
+    callback.on_trial_result(0, [], trial(stopped), {"eval/accuracy": 0.55, "step": 8, "epoch": 1.0, "loss/total": 0.25,
+                                                     "checkpoint_dir_name": "checkpoint_000000"})
     callback.on_trial_complete(0, [], trial(stopped))
     callback.on_trial_result(0, [], trial(failed), {"eval/accuracy": 0.6, "step": 8, "epoch": 1.0})
     callback.on_trial_result(0, [], trial(failed), {"drydock_final": 1.0, "eval/accuracy": float("nan")})
@@ -91,6 +92,9 @@ def test_a_trial_the_scheduler_stopped_is_stopped_whatever_its_dying_worker_wrot
     callback.close()
 
     frame = results_table.read_results(paths.results).set_index("trial_id")
+    # what a trial reports reaches its MLflow run at its step: evaluations and the losses
+    history = tracker.client.get_metric_history(frame.loc[stopped.key, "mlflow_run_id"], "loss/total")
+    assert [(m.value, m.step) for m in history] == [(0.25, 8)]
     assert frame.loc[stopped.key, "status"] == "stopped" and frame.loc[stopped.key, "metric"] == 0.55
     assert frame.loc[stopped.key, "steps"] == 8 and pd.isna(frame.loc[stopped.key, "error"])
     assert frame.loc[failed.key, "status"] == "failed" and "ActorDiedError" in frame.loc[failed.key, "error"]

@@ -100,6 +100,16 @@ def test_nan_loss_raises_training_diverged(monkeypatch):
         _run(method)
 
 
+def test_each_report_carries_the_mean_losses_since_the_previous_one():
+    reporter = loop.LocalReporter()
+    result = _run(kd_method(), reporter=reporter, log_every=1, eval_every=2)
+    per_step = [row["loss/total"] for row in result.history]  # log_every=1: one row per step
+    assert len(per_step) == 6 and len(reporter.history) == 3
+    for i, report in enumerate(reporter.history):
+        assert report["loss/total"] == pytest.approx((per_step[2 * i] + per_step[2 * i + 1]) / 2)
+        assert report["loss/total"] == pytest.approx(report["loss/kd"] + report["loss/task"])
+
+
 def test_best_selectable_state_is_restored_and_reported():
     method = kd_method()
     reporter = loop.LocalReporter()

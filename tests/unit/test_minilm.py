@@ -391,3 +391,7 @@ def test_the_schedulers_time_axis_counts_only_the_labeled_fine_tuning():
     assert [r["step"] for r in reporter.history] == [8, 10, 12, 14]
     assert [r.get("epoch") for r in reporter.history] == [0.25, 0.5, 0.75, None]
     assert [r.get("progress") for r in reporter.history] == [0.25, 0.5, 0.75, None]
+    # the first report also carries the distillation's losses (6 steps), later ones only the labels'
+    first, later = set(reporter.history[0]), set(reporter.history[1])
+    assert {"loss/total", "loss/task"} <= later and not any(k.startswith("loss/") and "relation" in k for k in later)
+    assert any(k.startswith("loss/") and "relation" in k for k in first), first
