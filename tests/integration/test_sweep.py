@@ -232,6 +232,26 @@ def test_a_run_that_fails_before_training_leaves_the_previous_results_in_place(t
     assert sorted(p.name for p in (sweep_dir / "runs").iterdir()) == ["20260101-000000"]
 
 
+def test_resume_refuses_a_spec_that_changed_but_not_other_resources(tmp_path):
+    from pipeline.config import spec_to_dict
+    from pipeline.errors import DrydockError
+    from pipeline.sweep import check_resumable, run_sweep
+
+    started = load_spec(SMOKE, ["name=smoke-resume"])
+    run_dir = tmp_path / "smoke-resume" / "runs" / "20260101-000000"
+    run_dir.mkdir(parents=True)
+    (run_dir / "spec.json").write_text(json.dumps(spec_to_dict(started)))
+    (tmp_path / "smoke-resume" / "state.json").write_text(json.dumps({"run_id": "20260101-000000", "status": "running"}))
+    changed = load_spec(SMOKE, ["name=smoke-resume", "train.learning_rate=0.01", "methods={finetune: {}, kd: {}, pkd: {}}"])
+    with pytest.raises(DrydockError, match=r"^--resume: the spec differs from the one run 20260101-000000 started with "
+                                           r"\(methods.kd, methods.kd.alpha.grid, methods.kd.temperature, methods.pkd, train.learning_rate\); "):
+        run_sweep(changed, tmp_path, resume=True, log=lambda _: None)
+    assert not (tmp_path / "cache").exists()  # refused before any work
+    # where it runs may change (another cluster, more workers); the same spec resumes
+    check_resumable(load_spec(SMOKE, ["name=smoke-resume", "resources.workers_per_trial=2"]), run_dir / "spec.json", "x")
+    check_resumable(started, run_dir / "spec.json", "x")
+
+
 def test_a_bad_deepspeed_preset_fails_before_any_work(workdir):
     from pipeline.errors import DrydockError
     from pipeline.sweep import run_sweep
