@@ -80,8 +80,14 @@ def t_interval(diffs: np.ndarray, level: float = 0.95) -> tuple[float, float, fl
     return mean, mean - half, mean + half
 
 
+# (sweep, method) whose rows were measured with code since corrected -> the sweep that re-ran them.
+# pkd: its soft-target term was batchmean until 2026-12-01 (C times the official code's 'mean').
+SUPERSEDED = {("table-baselines", "pkd"): "table-pkd-official-kd"}
+
+
 def load(workdir: Path, cofi: bool = False) -> pd.DataFrame:
-    """The finished trials of the table sweeps: CoFi's (`table-cofi*`) or all the others."""
+    """The finished trials of the table sweeps: CoFi's (`table-cofi*`) or all the others, without
+    rows a later sweep re-ran after a fix (`SUPERSEDED`, applied when that sweep is there)."""
     frames = []
     for path in sorted(workdir.glob("table-*/results.parquet")):
         if path.parent.name.startswith("table-cofi") != cofi:
@@ -92,6 +98,9 @@ def load(workdir: Path, cofi: bool = False) -> pd.DataFrame:
     if not frames:
         sys.exit(f"no table-*/results.parquet under {workdir}: run benchmarks/tables/run.sh {workdir} first")
     frame = pd.concat(frames, ignore_index=True)
+    for (sweep, method), by in SUPERSEDED.items():
+        if (workdir / by / "results.parquet").is_file():
+            frame = frame[~((frame["sweep"] == sweep) & (frame["method"] == method))]
     frame = frame[frame["status"] == "finished"].copy()
     frame["config"] = [label(r) for _, r in frame.iterrows()]
     return frame
