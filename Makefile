@@ -21,11 +21,12 @@ $(STAMP): pyproject.toml Makefile
 	touch $(STAMP)
 
 # Two pytest workers, one test file each at a time: the Ray/MLflow integration tests spend half
-# their wall time waiting on process start-up, so two of them overlap well on two cores.
+# their wall time waiting on process start-up, so two of them overlap well on two cores. Files go
+# out in the order tests/conftest.py gives them (longest first), not xdist's by-test-count order.
 # `make test PYTEST_WORKERS=0` runs everything in one process.
 PYTEST_WORKERS ?= 2
 test: setup
-	$(BIN)/python -m pytest $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist loadfile) --durations=10 $(PYTEST_ARGS)
+	$(BIN)/python -m pytest $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder) --durations=10 $(PYTEST_ARGS)
 
 # SST-2 for the demo: the shared GLUE copy when it is there, else the hub.
 SHARED_GLUE := $(abspath ../shared/data/glue)
