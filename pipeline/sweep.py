@@ -368,25 +368,18 @@ def check_resumable(spec: SweepSpec, saved: Path, run_id: str) -> None:
     """A resumed run keeps its trials' configurations, and its unfinished trials would train with
     the spec given now: a run whose spec changed (other than `resources`, where it runs) would mix
     two studies in one table, so it is refused."""
+    from pipeline.tracking import flatten_params
+
     if not saved.is_file():  # killed before its spec was saved: nothing has trained yet
         return
-    before = _flat(json.loads(saved.read_text()))
-    now = _flat(spec_to_dict(spec))
+    before = flatten_params(json.loads(saved.read_text()))
+    now = flatten_params(spec_to_dict(spec))
     changed = sorted(k for k in before.keys() | now.keys()
                      if before.get(k) != now.get(k) and not k.startswith("resources."))
     if changed:
         shown = ", ".join(changed[:8]) + (f" and {len(changed) - 8} more" if len(changed) > 8 else "")
         raise DrydockError(f"--resume: the spec differs from the one run {run_id} started with ({shown}); "
                            "resume it with that spec, or run without --resume to start a new run")
-
-
-def _flat(tree: Any, prefix: str = "") -> dict[str, Any]:
-    if not isinstance(tree, dict) or not tree:  # an empty dict is a value too (`finetune: {}`)
-        return {prefix.rstrip("."): tree}
-    out: dict[str, Any] = {}
-    for k, v in tree.items():
-        out.update(_flat(v, f"{prefix}{k}."))
-    return out
 
 
 def run_sweep(

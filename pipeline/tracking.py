@@ -54,13 +54,15 @@ def ensure_experiment(client: MlflowClient, name: str, workdir: Path) -> str:
 
 
 def flatten_params(params: dict[str, Any], prefix: str = "") -> dict[str, str]:
+    """`{"a": {"b": 1}}` → `{"a.b": "1"}`; an empty dict stays a value (`{"finetune": {}}` →
+    `{"finetune": "{}"}`), so a method given with no parameters is not lost."""
     out: dict[str, str] = {}
     for k, v in params.items():
         key = f"{prefix}{k}"
-        if isinstance(v, dict):
+        if isinstance(v, dict) and v:
             out.update(flatten_params(v, key + "."))
         else:
-            out[key] = json.dumps(v) if isinstance(v, (list, tuple)) else str(v)
+            out[key] = json.dumps(v) if isinstance(v, (list, tuple, dict)) else str(v)
     return out
 
 
