@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/pip install -q "$(TORCH_SPEC)"
 	$(BIN)/pip install -q -e ".[dev,demo]"
 	@# No DeepSpeed op is compiled: on the CPU the loop keeps DeepSpeed from building its
-	@# shared-memory all-reduce (pipeline/loop.py, skip_cpu_shm_build), which training never uses.
+	@# shared-memory all-reduce (pipeline/training/engine.py, skip_cpu_shm_build), which training never uses.
 	touch $(STAMP)
 
 # Two pytest workers, one test file each at a time: the Ray/MLflow integration tests spend half
@@ -33,7 +33,7 @@ SHARED_GLUE := $(abspath ../shared/data/glue)
 DEMO_ENV := $(if $(wildcard $(SHARED_GLUE)/SST-2),GLUE_DIR=$${GLUE_DIR:-$(SHARED_GLUE)},)
 
 demo: setup
-	$(DEMO_ENV) $(BIN)/python -m pipeline.demo $(DEMO_ARGS)
+	$(DEMO_ENV) $(BIN)/python -m pipeline.cli.demo $(DEMO_ARGS)
 
 lint: setup
 	$(BIN)/ruff check pipeline methods tests benchmarks

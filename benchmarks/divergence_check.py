@@ -21,7 +21,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from pipeline import loop
+from pipeline.training import loop
 
 
 def _free_port() -> int:

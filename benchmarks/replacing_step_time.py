@@ -50,8 +50,8 @@ from methods.base import (
 from methods.dcr import DeterministicContinuousReplacement
 from methods.finetune import Finetune
 from methods.theseus import Theseus
-from pipeline import loop
 from pipeline.config import TrainConfig
+from pipeline.training import loop
 
 TASK = TaskInfo("bench", 2, False, ("neg", "pos"))
 TOTAL_STEPS = 10_000  # schedules are pinned below; only the plan's length needs a value

@@ -21,8 +21,8 @@ from transformers import BertConfig, BertForSequenceClassification
 
 from methods.base import MethodContext, StudentDefaults, TaskInfo
 from methods.finetune import Finetune
-from pipeline import loop
 from pipeline.config import TrainConfig
+from pipeline.training import loop
 
 BATCH, LENGTH = 32, 64
 

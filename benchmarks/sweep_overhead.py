@@ -28,8 +28,9 @@ from pathlib import Path
 import psutil
 
 from pipeline.config import load_spec
-from pipeline.stages import ensure_teacher, prepare
+from pipeline.prepare.stage import prepare
 from pipeline.sweep import max_concurrent, run_sweep
+from pipeline.training.teacher import ensure_teacher
 
 ROOT = Path(__file__).resolve().parents[1]
 

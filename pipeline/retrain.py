@@ -58,7 +58,9 @@ def spec_lock(sweep_dir: Path) -> Iterator[None]:
 
 def fingerprints(spec: SweepSpec, workdir: Path) -> dict[str, str]:
     """What decides a sweep's outcome: the spec (minus where it runs), the data, the teacher."""
-    from pipeline.stages import folder_digest, prepare, teacher_key
+    from pipeline.prepare.cache import folder_digest
+    from pipeline.prepare.stage import prepare
+    from pipeline.training.teacher import teacher_key
 
     settings = spec_to_dict(spec)
     for where in ("resources", "tracking"):  # the same study run elsewhere is the same study

@@ -1,10 +1,10 @@
 """`drydock sweep`: prepare → teacher → search, on a local Ray instance or a cluster.
 
 Shape (Ray 2.60, Train V2; STACK-NOTES §a): one `Tuner` for the whole sweep grids over the
-concrete trial list from `pipeline.search`; its trainable is a thin trial driver (a function
+concrete trial list from `pipeline.search.space`; its trainable is a thin trial driver (a function
 reserving no CPU — `{"cpu": 0, "memory": 1}`, since `{"cpu": 0}` is rejected and 0.01 CPU can
 deadlock two workers on two CPUs) that builds one `TorchTrainer` per trial and blocks on `fit()`.
-Metrics flow worker rank 0 → Train controller → `ReportRelay` (a node-local file, `pipeline.train_run`)
+Metrics flow worker rank 0 → Train controller → `ReportRelay` (a node-local file, `pipeline.search.relay`)
 → the trial driver → Tune → our callback (MLflow + results table).
 
 Folders, under `<workdir>/<sweep name>/`:
@@ -33,8 +33,9 @@ from typing import Any
 from pipeline import results as results_table
 from pipeline.config import SweepSpec, spec_to_dict
 from pipeline.errors import DrydockError
-from pipeline.search import TrialSpec, expand_trials
-from pipeline.trial_driver import read_outcome, trial_driver
+from pipeline.search.driver import trial_driver
+from pipeline.search.outcome import read_outcome
+from pipeline.search.space import TrialSpec, expand_trials
 
 STATE_FILE = "state.json"
 logger = logging.getLogger(__name__)
@@ -202,7 +203,7 @@ def make_callback(spec: SweepSpec, paths: SweepPaths, tracker, metric_name: str,
         def setup(self, **info):
             # Started with the search, not at the first finished trial: its imports (seconds)
             # then overlap the first trials' start-up instead of holding Tune's loop.
-            from pipeline.export import Verifier
+            from pipeline.training.export import Verifier
 
             if self.verifier is None:
                 self.verifier = Verifier()
@@ -256,7 +257,7 @@ def make_callback(spec: SweepSpec, paths: SweepPaths, tracker, metric_name: str,
 
         def _verify(self, trial_dir: Path, outcome: dict[str, Any]) -> tuple[str, dict[str, Any]]:
             """The export counts only if a fresh process without drydock reproduces its logits."""
-            from pipeline.export import VERIFY_FILE, ExportMismatch, Verifier, load_reference, verify_export
+            from pipeline.training.export import VERIFY_FILE, ExportMismatch, Verifier, load_reference, verify_export
 
             reference = trial_dir / VERIFY_FILE
             if not reference.is_file():
@@ -394,9 +395,10 @@ def run_sweep(
     from ray import tune
     from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
 
-    from pipeline.stages import ensure_teacher, existing_teacher, prepare
-    from pipeline.teacher_run import finetune_teacher_on_workers
+    from pipeline.prepare.stage import prepare
+    from pipeline.search.teacher import finetune_teacher_on_workers
     from pipeline.tracking import SweepTracker
+    from pipeline.training.teacher import ensure_teacher, existing_teacher
 
     workdir = workdir.resolve()
     sweep_dir = workdir / spec.name
@@ -524,7 +526,7 @@ def run_sweep(
             )
         callback.reconcile(tuner.fit())
         callback.close()  # the verifier is not needed while measuring latency
-        from pipeline.select import select_stage
+        from pipeline.select.stage import select_stage
 
         select_stage(spec, workdir, sweep_dir, tracker, teacher.path, log)
         status = "FINISHED"

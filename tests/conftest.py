@@ -46,8 +46,8 @@ TINY_TEXTS = [
 # with `pytest -n 2 --dist loadfile --durations=0 -v`: without the flag one worker was busy 444 s
 # and the other 327 s (suite 7 m 39 s); with it 428 s and 419 s (7 m 20 s).
 LONGEST_FIRST = [
-    "integration/test_sweep.py", "integration/test_retrain.py", "integration/test_multinode.py",
-    "integration/test_sweep_resume.py", "integration/test_distributed_loop.py",
+    "integration/search/test_sweep.py", "integration/test_retrain.py", "integration/search/test_multinode.py",
+    "integration/search/test_sweep_resume.py", "integration/training/test_distributed_loop.py",
 ]
 
 
@@ -77,7 +77,7 @@ def glue_dir() -> Path:
 @pytest.fixture(scope="session")
 def tiny_tokenizer():
     """A WordPiece tokenizer trained offline on TINY_TEXTS (no hub access)."""
-    from pipeline.text_tokenizer import train_wordpiece
+    from pipeline.prepare.text_tokenizer import train_wordpiece
 
     return train_wordpiece(TINY_TEXTS * 4, vocab_size=100)
 

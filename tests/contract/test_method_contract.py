@@ -16,8 +16,8 @@ import torch
 from methods import get_method, registered_methods
 from methods._bert import count_parameters
 from methods.base import MethodContext, Progress, StudentDefaults, TaskInfo, logits_of
-from pipeline import loop
 from pipeline.config import TrainConfig
+from pipeline.training import loop
 from tests.conftest import make_batch, make_tiny_bert
 
 # method -> parameters for a 4-layer, hidden-32 teacher (keep each method's steps cheap)
@@ -118,7 +118,7 @@ def test_each_phase_step_trains_its_groups_only(name):
 def test_export_is_no_larger_and_reloads_with_equal_logits(name, tmp_path, tiny_tokenizer):
     from transformers import AutoModelForSequenceClassification
 
-    from pipeline.export import save_student
+    from pipeline.training.export import save_student
 
     method, teacher = make_method(name)
     unlabeled = tiny_dataset(labels=False) if method.unlabeled() is not None else None

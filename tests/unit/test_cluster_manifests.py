@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 import yaml
 
-from pipeline.cli import build_parser
+from pipeline.cli.main import build_parser
 from pipeline.config import load_spec
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -505,7 +505,7 @@ def test_gpu_spec_presets_exist_and_agree_with_the_zero_stage(path, monkeypatch)
 # DeepSpeed presets
 # ----------------------------------------------------------------------------------------------
 
-# What pipeline.loop.deepspeed_config sets itself (a preset's value would be silently replaced),
+# What pipeline.training.loop.deepspeed_config sets itself (a preset's value would be silently replaced),
 # and what must not be in a preset: the loop passes its own optimizer and LR schedule (a config
 # optimizer or scheduler would be ignored), never scales an fp16 loss, and a client optimizer
 # with ZeRO-Offload raises unless DeepSpeed's CPU Adam is used.
@@ -532,7 +532,7 @@ def test_preset_merged_by_the_loop_is_a_valid_deepspeed_config(path):
     from deepspeed.runtime.config import DeepSpeedConfig
 
     from pipeline.config import TrainConfig
-    from pipeline.loop import Distributed, deepspeed_config
+    from pipeline.training.loop import Distributed, deepspeed_config
 
     preset = json.loads(path.read_text())
     stage = preset["zero_optimization"]["stage"]

@@ -1,0 +1,5 @@
+"""`python -m pipeline.cli …` is `drydock …`."""
+
+from pipeline.cli.main import main
+
+raise SystemExit(main())

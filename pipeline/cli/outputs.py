@@ -1,0 +1,116 @@
+"""The selection stage's commands, merged into `drydock` by pipeline/cli.py.
+
+    drydock report WORKDIR/SWEEP                          rebuild report.md/html and pareto.png from files
+    drydock registry list NAME [--tracking-uri URI]       versions, their figures, and the aliases
+    drydock promote NAME VERSION [--tracking-uri URI]     move the champion alias by hand
+    drydock eval MODEL SPEC [--split dev|test] [--set k=v]  score a folder or models:/ reference
+
+Registry commands find MLflow by `--tracking-uri`, else MLFLOW_TRACKING_URI, else the default
+work directory's store (`runs/mlflow.db`, where `drydock sweep` puts it without --workdir).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+from pipeline.errors import DrydockError
+
+EXIT_OK = 0
+DEFAULT_WORKDIR = Path("runs")
+
+
+def add_commands(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("report", help="rebuild a sweep's report and Pareto plot from its results (no re-running)")
+    p.add_argument("sweep_dir", type=Path, metavar="WORKDIR/SWEEP", help="the sweep's folder, e.g. runs/quickstart")
+
+    p = subparsers.add_parser("registry", help="inspect the MLflow model registry")
+    registry = p.add_subparsers(dest="registry_command", required=True)
+    q = registry.add_parser("list", help="versions of a registered model with their figures and aliases")
+    q.add_argument("name", help="registered model name (tracking.registered_model)")
+    _add_uri(q)
+
+    p = subparsers.add_parser("promote", help="point the champion alias at a version by hand")
+    p.add_argument("name", help="registered model name")
+    p.add_argument("version", help="version number")
+    _add_uri(p)
+
+    p = subparsers.add_parser("eval", help="score a student folder or models:/ reference on the spec's task")
+    p.add_argument("model", help="an exported student folder, models:/NAME@champion or models:/NAME/VERSION")
+    p.add_argument("spec", help="sweep spec (YAML) naming the task")
+    p.add_argument("--split", default="dev", choices=["dev", "dev_mismatched", "test"], help="default: dev")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a spec field (repeatable)")
+    p.add_argument("--workdir", type=Path, default=DEFAULT_WORKDIR, help="work directory of the MLflow store (default: runs/)")
+    _add_uri(p)
+
+
+def _add_uri(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--tracking-uri", default=None, help="MLflow tracking URI (default: MLFLOW_TRACKING_URI, else runs/mlflow.db)")
+
+
+def resolve_uri(given: str | None) -> str:
+    if given:
+        return given
+    if os.environ.get("MLFLOW_TRACKING_URI"):
+        return os.environ["MLFLOW_TRACKING_URI"]
+    default = DEFAULT_WORKDIR / "mlflow.db"
+    if default.is_file():
+        return f"sqlite:///{default.resolve()}"
+    raise DrydockError(f"--tracking-uri: not given, MLFLOW_TRACKING_URI is unset and {default} does not exist")
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from pipeline import results as results_table
+    from pipeline.select.report import pareto_table_text, rebuild_report, saved_spec
+
+    files = rebuild_report(args.sweep_dir)
+    spec = saved_spec(args.sweep_dir)
+    print(pareto_table_text(results_table.read_results(args.sweep_dir / results_table.RESULTS_FILE), spec.selection if spec else None))
+    print(f"report: {files.markdown}\n        {files.html}\nplot:   {files.plot}")
+    return EXIT_OK
+
+
+def cmd_registry(args: argparse.Namespace) -> int:
+    from pipeline.select.registry import client_for, registry_table_text, require_model
+
+    uri = resolve_uri(args.tracking_uri)
+    client = client_for(uri)
+    require_model(client, args.name, uri)
+    print(registry_table_text(client, args.name))
+    return EXIT_OK
+
+
+def cmd_promote(args: argparse.Namespace) -> int:
+    from pipeline.select.registry import CHAMPION, client_for, promote, require_model
+
+    uri = resolve_uri(args.tracking_uri)
+    client = client_for(uri)
+    require_model(client, args.name, uri)
+    previous = promote(client, args.name, args.version)
+    was = f"v{previous}" if previous else "no version"
+    print(f"{args.name}: {CHAMPION} → v{args.version} (was {was})")
+    return EXIT_OK
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from pipeline.config import load_spec
+    from pipeline.select.evaluate import evaluate, format_result, is_registry_ref
+    from pipeline.tracking import tracking_uri
+
+    spec = load_spec(args.spec, args.overrides)
+    uri = None
+    if is_registry_ref(args.model):
+        uri = args.tracking_uri or tracking_uri(spec, args.workdir.resolve())
+    print(format_result(evaluate(args.model, spec, args.split, uri)))
+    return EXIT_OK
+
+
+COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "report": cmd_report,
+    "registry": cmd_registry,
+    "promote": cmd_promote,
+    "eval": cmd_eval,
+}

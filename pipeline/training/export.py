@@ -1,0 +1,188 @@
+"""Saving a student and proving the saved folder is the model we trained.
+
+A student counts only after its folder reloads in a fresh Python process — one in which drydock
+cannot be imported, as on a consumer's machine — through plain transformers
+(`AutoModelForSequenceClassification.from_pretrained(path, trust_remote_code=True)`) and
+gives the same logits as the trained model's `eval_model()` on a batch of real dev inputs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file, save_file
+from torch import nn
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from methods.base import TaskInfo, logits_of
+
+METADATA_FILE = "drydock.json"
+VERIFY_ATOL = 1e-4
+VERIFY_FILE = "verify.safetensors"  # the reference batch and logits, beside a trial's student
+
+# Runs in the fresh process. drydock's packages are poisoned in sys.modules first, so a
+# folder that secretly needs drydock fails here instead of on a consumer's machine. It serves
+# one request per input line (folder, batch file, output file), so a sweep pays the import of
+# torch and transformers once, not once per student.
+_VERIFY_SCRIPT = r"""
+import json, sys, traceback
+for name in ("pipeline", "methods", "drydock"):
+    sys.modules[name] = None
+import torch
+from safetensors.torch import load_file, save_file
+from transformers import AutoModelForSequenceClassification
+from transformers.utils import logging
+logging.set_verbosity_error()
+print("ready", flush=True)
+for line in sys.stdin:
+    folder, batch_file, out_file = json.loads(line)
+    try:
+        model = AutoModelForSequenceClassification.from_pretrained(folder, trust_remote_code=True).eval()
+        with torch.no_grad():
+            logits = model(**load_file(batch_file)).logits.float()
+        save_file({"logits": logits.contiguous()}, out_file)
+        print(json.dumps({"ok": True}), flush=True)
+    except Exception:
+        print(json.dumps({"ok": False, "error": traceback.format_exc()[-3000:]}), flush=True)
+"""
+
+
+class ExportMismatch(RuntimeError):
+    """The saved student does not reproduce the trained model: it must not count."""
+
+
+def label_config(model: PreTrainedModel, task: TaskInfo) -> None:
+    """Consumers get label names, not indices (`predict` → "positive")."""
+    if task.regression:
+        model.config.problem_type = "regression"
+        return
+    names = list(task.label_names) or [str(i) for i in range(task.num_labels)]
+    model.config.id2label = dict(enumerate(names))
+    model.config.label2id = {n: i for i, n in enumerate(names)}
+
+
+def save_student(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    folder: Path,
+    task: TaskInfo,
+    metadata: dict[str, Any],
+) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    model = model.to("cpu").eval()
+    label_config(model, task)
+    model.save_pretrained(folder, safe_serialization=True)
+    tokenizer.save_pretrained(folder)
+    (folder / METADATA_FILE).write_text(json.dumps(metadata, indent=2, sort_keys=True, default=str))
+    return folder
+
+
+def save_reference(path: Path, batch: dict[str, torch.Tensor], expected: torch.Tensor) -> None:
+    """For verification later, in another process (the sweep's driver verifies every trial)."""
+    save_file({**{f"batch.{k}": v.contiguous() for k, v in batch.items()}, "expected": expected.contiguous()}, str(path))
+
+
+def load_reference(path: Path) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    tensors = load_file(str(path))
+    return {k.split(".", 1)[1]: v for k, v in tensors.items() if k.startswith("batch.")}, tensors["expected"]
+
+
+def reference_batch(dev_dataset, n: int = 16, pad_id: int = 0) -> dict[str, torch.Tensor]:
+    from pipeline.training.loop import collate
+
+    columns = dev_dataset[: min(n, len(dev_dataset))]
+    rows = [dict(zip(columns, values)) for values in zip(*columns.values())]
+    batch = collate(rows, pad_id)
+    batch.pop("labels", None)
+    return batch
+
+
+@torch.no_grad()
+def reference_logits(model: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    out = logits_of(model(**{k: v.to(device) for k, v in batch.items()})).float().cpu()
+    model.train(was_training)
+    return out
+
+
+class Verifier:
+    """A fresh Python process, without drydock, that reloads saved students and returns logits."""
+
+    def __init__(self) -> None:
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+        env.update({"HF_HUB_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "error", "TOKENIZERS_PARALLELISM": "false"})
+        self._tmp = tempfile.TemporaryDirectory()
+        self._proc = subprocess.Popen(
+            [sys.executable, "-I", "-c", _VERIFY_SCRIPT], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True, env=env, cwd=self._tmp.name,
+        )
+        self._count = 0
+        # Not waited for here: a sweep starts its verifier beside the first trials, and Tune's
+        # event loop (which runs our callback) waits only if an export is ready before the verifier.
+        self._ready = False
+
+    def _wait_ready(self) -> None:
+        if not self._ready:
+            if self._readline() != "ready":
+                raise ExportMismatch(f"the verification process did not start:\n{self._proc.stderr.read()[-2000:]}")
+            self._ready = True
+
+    def _readline(self) -> str:
+        line = self._proc.stdout.readline()
+        if not line:
+            raise ExportMismatch(f"the verification process died:\n{self._proc.stderr.read()[-2000:]}")
+        return line.strip()
+
+    def logits(self, folder: Path, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        self._wait_ready()
+        self._count += 1
+        batch_file = Path(self._tmp.name) / f"batch{self._count}.safetensors"
+        out_file = Path(self._tmp.name) / f"logits{self._count}.safetensors"
+        save_file({k: v.contiguous() for k, v in batch.items()}, str(batch_file))
+        self._proc.stdin.write(json.dumps([str(folder), str(batch_file), str(out_file)]) + "\n")
+        self._proc.stdin.flush()
+        answer = json.loads(self._readline())
+        if not answer["ok"]:
+            raise ExportMismatch(f"{folder} does not load without drydock:\n{answer['error']}")
+        return load_file(str(out_file))["logits"]
+
+    def close(self) -> None:
+        if self._proc.poll() is None:
+            self._proc.stdin.close()
+            try:
+                self._proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+        self._tmp.cleanup()
+
+    def __enter__(self) -> Verifier:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def reload_logits_in_fresh_process(folder: Path, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    with Verifier() as verifier:
+        return verifier.logits(folder, batch)
+
+
+def verify_export(folder: Path, expected: torch.Tensor, batch: dict[str, torch.Tensor], verifier: Verifier | None = None) -> float:
+    """Max absolute logit difference between the saved folder and the trained model."""
+    got = verifier.logits(folder, batch) if verifier else reload_logits_in_fresh_process(folder, batch)
+    if got.shape != expected.shape:
+        raise ExportMismatch(f"{folder}: reloaded logits have shape {tuple(got.shape)}, expected {tuple(expected.shape)}")
+    diff = float((got - expected).abs().max())
+    scale = max(1.0, float(expected.abs().max()))
+    if diff > VERIFY_ATOL * scale:
+        raise ExportMismatch(f"{folder}: reloaded logits differ from the trained model's by {diff:.3g}")
+    return diff

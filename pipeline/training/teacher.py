@@ -1,0 +1,164 @@
+"""The teacher stage: the teacher fine-tuned on the task once, keyed by (task, teacher, data
+fingerprint, fine-tuning settings) and cached in the work directory; a second run with the same
+inputs reuses it and says so. The same code runs in the sweep's process and, under DDP or
+DeepSpeed, on Ray Train workers (`pipeline.search.teacher`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from transformers import PreTrainedModel
+
+from methods import get_method
+from pipeline.config import SweepSpec, TrainConfig
+from pipeline.errors import DrydockError
+from pipeline.prepare.cache import atomic_dir, digest, folder_digest
+from pipeline.prepare.models import load_finetuned, tokenizer_id
+from pipeline.prepare.stage import Prepared
+from pipeline.training import loop
+from pipeline.training.context import method_context
+from pipeline.training.export import save_student
+
+TEACHER_SEED = 0
+
+
+
+
+
+
+@dataclass
+class TeacherResult:
+    path: Path
+    metrics: dict[str, float]
+    reused: bool
+    key: str
+
+    def load(self) -> PreTrainedModel:
+        return load_finetuned(self.path)
+
+
+class TeacherDiverged(DrydockError):
+    """The teacher's loss went NaN or infinite: the spec's fine-tuning settings are the cause (a
+    learning rate too high for the model), so it is the user's to change, and running the same
+    settings again — a Train retry, or the next sweep — would diverge again."""
+
+
+def teacher_diverged_message(spec: SweepSpec, reason: str) -> str:
+    return (f"teacher: fine-tuning {spec.teacher.model} diverged ({reason}); "
+            f"teacher.finetune.learning_rate is {spec.teacher.finetune.learning_rate:g}: try a lower one")
+
+
+def teacher_key(spec: SweepSpec, prepared: Prepared) -> str:
+    """Everything that decides the fine-tuned teacher's weights. Settings added to the key after
+    caches existed enter it only when they differ from their defaults, so those caches stay valid."""
+    t = spec.teacher
+    content: dict[str, Any] = {
+        "task": spec.task.name,
+        "teacher": t.model,
+        "architecture": t.architecture.model_dump() if t.architecture else None,
+        "data": prepared.data.fingerprint,
+        "tokenizer": tokenizer_id(prepared.tokenizer),
+        "finetune": t.finetune.model_dump(),
+        "seed": TEACHER_SEED,
+    }
+    # the teacher also trains with these of spec.train (teacher_train_config)
+    if spec.train.max_grad_norm != TrainConfig.model_fields["max_grad_norm"].default:
+        content["max_grad_norm"] = spec.train.max_grad_norm
+    r = spec.resources
+    if spec.train.bf16 != "off" and r.use_gpu and r.teacher_on_workers():  # bf16 autocast on the GPU workers
+        content["precision"] = "bf16"
+    if Path(t.model).is_dir():  # a local checkpoint updated in place at the same path is another teacher
+        content["model_files"] = folder_digest(Path(t.model))
+    return digest(content)
+
+
+def teacher_train_config(spec: SweepSpec) -> TrainConfig:
+    f = spec.teacher.finetune
+    return spec.train.model_copy(
+        update={
+            "epochs": f.epochs,
+            "max_steps": f.max_steps,
+            "batch_size": f.batch_size,
+            "learning_rate": f.learning_rate,
+            "warmup_ratio": f.warmup_ratio,
+            "weight_decay": f.weight_decay,
+            "eval_every": f.eval_every,
+            "grad_accumulation": 1,
+        }
+    )
+
+
+def existing_teacher(spec: SweepSpec, prepared: Prepared, workdir: Path) -> TeacherResult | None:
+    """The teacher the spec gives, or the one cached for these inputs; None: it must be fine-tuned."""
+    if spec.teacher.finetuned:
+        path = Path(spec.teacher.finetuned)
+        metrics_file = path / "teacher_metrics.json"
+        metrics = json.loads(metrics_file.read_text()) if metrics_file.is_file() else {}
+        return TeacherResult(path, metrics, reused=True, key="given")
+    key = teacher_key(spec, prepared)
+    final = workdir / "teachers" / key
+    if (final / "teacher_metrics.json").is_file():
+        return TeacherResult(final, json.loads((final / "teacher_metrics.json").read_text()), reused=True, key=key)
+    return None
+
+
+def finetune_teacher(
+    spec: SweepSpec, prepared: Prepared, workdir: Path, dist: loop.Distributed | None = None, reporter: loop.Reporter | None = None
+) -> TeacherResult | None:
+    """Fine-tune the teacher (the `finetune` method on every layer of the pretrained checkpoint)
+    and cache it under `<workdir>/teachers/<key>`. Under DDP or DeepSpeed every rank calls this;
+    rank 0 writes the cache and gets the result, the other ranks get None."""
+    dist = dist or loop.Distributed()
+    key = teacher_key(spec, prepared)
+    final = workdir / "teachers" / key
+    train = teacher_train_config(spec)
+    ctx = method_context(spec, prepared, None, TEACHER_SEED, learning_rate=train.learning_rate)
+    pretrained = ctx.load_pretrained()
+    depth = pretrained.config.num_hidden_layers
+    ctx.load_pretrained = lambda: pretrained
+    method = get_method("finetune")({"init_from": "pretrained", "num_layers": depth}, ctx)
+    try:
+        result = loop.run(
+            method, train_set=prepared.data.train, dev=prepared.data.dev, task=prepared.data.task,
+            train=train, seed=TEACHER_SEED, dist=dist, reporter=reporter, pad_id=prepared.pad_id,
+        )
+    except loop.TrainingDiverged as e:
+        raise TeacherDiverged(teacher_diverged_message(spec, str(e))) from None
+    if not dist.is_main:
+        return None
+    metrics = {**result.best_metrics, "train_seconds": result.train_seconds, "steps": float(result.steps)}
+
+    def build(tmp: Path) -> None:
+        save_student(method.export(), prepared.tokenizer, tmp, prepared.task,
+                     {"role": "teacher", "teacher": spec.teacher.model, "data_fingerprint": prepared.data.fingerprint})
+        (tmp / "teacher_metrics.json").write_text(json.dumps(metrics, indent=2))
+
+    atomic_dir(final, build)
+    return TeacherResult(final, metrics, reused=False, key=key)
+
+
+def ensure_teacher(spec: SweepSpec, prepared: Prepared, workdir: Path, log: Callable[[str], None] = print) -> TeacherResult:
+    """The fine-tuned teacher: given by the spec, cached, or fine-tuned now in this process and
+    cached for every later trial."""
+    existing = existing_teacher(spec, prepared, workdir)
+    if existing is not None:
+        if existing.key != "given":
+            log(f"teacher: reusing the fine-tuned teacher in {existing.path} (same task, teacher, data and settings)")
+        return existing
+    log(f"teacher: fine-tuning {spec.teacher.model} on {spec.task.name} (cached as {workdir / 'teachers' / teacher_key(spec, prepared)})")
+    # every evaluation reaches the log: in a scheduled job's log there is no progress bar
+    result = finetune_teacher(spec, prepared, workdir, reporter=loop.LocalReporter(echo=lambda m: log(progress_line(m))))
+    assert result is not None  # a single process is rank 0
+    return result
+
+
+def progress_line(metrics: dict[str, Any]) -> str:
+    """One evaluation of the teacher, as the driver logs it."""
+    scores = " ".join(f"{k.split('/', 1)[1]} {v:.4f}" for k, v in sorted(metrics.items())
+                      if k.startswith("eval/") and isinstance(v, (int, float)))
+    return f"teacher: step {int(metrics.get('step', 0))}: {scores}"

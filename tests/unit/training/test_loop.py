@@ -1,0 +1,154 @@
+"""The training loop's mechanics: schedules, accumulation, divergence, best-state restore, resume."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from methods import get_method
+from methods.base import MethodContext, StudentDefaults
+from pipeline.config import TrainConfig
+from pipeline.training import loop
+from tests.conftest import make_tiny_bert
+from tests.contract.test_method_contract import TASK, _Task, tiny_dataset
+
+
+def kd_method(**params):
+    teacher = make_tiny_bert(seed=1)
+    for p in teacher.parameters():
+        p.requires_grad_(False)
+    ctx = MethodContext(task=TASK, teacher=teacher, load_pretrained=make_tiny_bert, student=StudentDefaults(num_layers=2), learning_rate=1e-3)
+    return get_method("kd")({"num_layers": 2, **params}, ctx)
+
+
+def test_lr_factor_warmup_then_linear_decay():
+    # 10 steps, 2 of warm-up: 0.5, 1.0, then (10-s)/8
+    got = [loop.lr_factor(s, 10, 2, "linear") for s in range(10)]
+    assert got[:2] == [0.5, 1.0]
+    assert got[2:] == [pytest.approx((10 - s) / 8) for s in range(2, 10)]
+    assert loop.lr_factor(7, 10, 2, "constant") == 1.0
+
+
+def test_total_steps_and_epoch_sampler_cover_every_example_once_per_epoch():
+    assert loop.total_steps(TrainConfig(epochs=2, batch_size=32), 100) == 8
+    assert loop.total_steps(TrainConfig(epochs=2, batch_size=32, max_steps=5), 100) == 5
+    ranks = [loop.EpochSampler(10, seed=3, rank=r, world_size=2).indices() for r in (0, 1)]
+    assert sorted(ranks[0] + ranks[1]) == list(range(10))
+    s = loop.EpochSampler(10, seed=3)
+    first = s.indices()
+    s.epoch = 1
+    assert s.indices() != first and sorted(s.indices()) == list(range(10))
+
+
+def test_collate_pads_dynamically():
+    batch = loop.collate([{"input_ids": [1, 2, 3], "token_type_ids": [0, 0, 1], "labels": 1}, {"input_ids": [4], "labels": 0}])
+    assert batch["input_ids"].tolist() == [[1, 2, 3], [4, 0, 0]]
+    assert batch["attention_mask"].tolist() == [[1, 1, 1], [1, 0, 0]]
+    assert batch["token_type_ids"].tolist() == [[0, 0, 1], [0, 0, 0]]
+    assert batch["labels"].dtype == torch.long
+
+
+def _run(method, reporter=None, log_every=50, **train):
+    settings = dict(max_steps=6, batch_size=8, learning_rate=1e-3, eval_every=3, warmup_ratio=0.0, progress_bar=False)
+    settings.update(train)
+    return loop.run(method, train_set=tiny_dataset(), dev={"dev": tiny_dataset(32, seed=1)}, task=_Task(),
+                    train=TrainConfig(**settings), seed=0, reporter=reporter, log_every=log_every)
+
+
+def test_gradient_accumulation_matches_one_big_batch():
+    # no dropout, so 2 x 4 accumulated equals 1 x 8 exactly (up to float error)
+    a, b = kd_method(), kd_method()
+    for m in (a, b):
+        m.ctx.teacher.config.hidden_dropout_prob = 0.0
+    a.build()
+    b.build()
+    for m in (a, b):
+        for mod in m.model.modules():
+            if isinstance(mod, torch.nn.Dropout):
+                mod.p = 0.0
+    plan_a, plan_b = a.phases(1), b.phases(1)
+    groups_a, groups_b = a.param_groups(plan_a[0]), b.param_groups(plan_b[0])
+    train = TrainConfig(batch_size=8, learning_rate=1e-2, warmup_ratio=0.0, max_grad_norm=0.0)
+    from methods.base import Progress
+    from tests.conftest import make_batch
+
+    batch = make_batch(batch_size=8, seed=4)
+    progress = Progress(0, 1, "finetune", 0, 1)
+    ea = loop.Engine(a, groups_a, plan_a[0], train, loop.Distributed(), 8)
+    ea.micro_step(batch, progress, 1.0)
+    ea.optimizer_step()
+    eb = loop.Engine(b, groups_b, plan_b[0], train.model_copy(update={"grad_accumulation": 2}), loop.Distributed(), 4)
+    for half in (slice(0, 4), slice(4, 8)):
+        eb.micro_step({k: v[half] for k, v in batch.items()}, progress, 0.5)
+    eb.optimizer_step()
+    for (n, pa), pb in zip(a.model.named_parameters(), b.model.parameters()):
+        torch.testing.assert_close(pa, pb, atol=1e-6, rtol=1e-5, msg=n)
+
+
+def test_nan_loss_raises_training_diverged(monkeypatch):
+    method = kd_method()
+    real_loss = type(method).loss
+
+    def nan_loss(self, batch, progress):
+        terms = real_loss(self, batch, progress)
+        return {k: v * float("nan") for k, v in terms.items()}
+
+    monkeypatch.setattr(type(method), "loss", nan_loss)
+    with pytest.raises(loop.TrainingDiverged, match="not finite at step 0"):
+        _run(method)
+
+
+def test_each_report_carries_the_mean_losses_since_the_previous_one():
+    reporter = loop.LocalReporter()
+    result = _run(kd_method(), reporter=reporter, log_every=1, eval_every=2)
+    per_step = [row["loss/total"] for row in result.history]  # log_every=1: one row per step
+    assert len(per_step) == 6 and len(reporter.history) == 3
+    for i, report in enumerate(reporter.history):
+        assert report["loss/total"] == pytest.approx((per_step[2 * i] + per_step[2 * i + 1]) / 2)
+        assert report["loss/total"] == pytest.approx(report["loss/kd"] + report["loss/task"])
+
+
+def test_best_selectable_state_is_restored_and_reported():
+    method = kd_method()
+    reporter = loop.LocalReporter()
+    result = loop.run(method, train_set=tiny_dataset(), dev={"dev": tiny_dataset(32, seed=1)}, task=_Task(),
+                      train=TrainConfig(max_steps=6, batch_size=8, learning_rate=1e-3, eval_every=2, progress_bar=False),
+                      seed=0, reporter=reporter)
+    accuracies = [r["eval/accuracy"] for r in reporter.history]
+    assert len(accuracies) == 3 and result.best_metrics["eval/accuracy"] == max(accuracies)
+    assert "epoch" in reporter.history[0] and "epoch" not in reporter.history[-1]
+    # the restored model scores the best accuracy again
+    again = loop.evaluate(method.eval_model(), {"dev": tiny_dataset(32, seed=1)}, _Task(), 16, torch.device("cpu"))
+    assert again["eval/accuracy"] == result.best_metrics["eval/accuracy"]
+
+
+def test_resume_from_checkpoint_continues_where_it_stopped(tmp_path, monkeypatch):
+    # run 1 stops (raises) after its 2nd evaluation; run 2 resumes from the checkpoint
+    method = kd_method()
+    reporter = loop.LocalReporter(checkpoint_dir=tmp_path / "ckpt")
+    calls = {"n": 0}
+    original = reporter.report
+
+    def report_then_crash(metrics, save):
+        original(metrics, save)
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise RuntimeError("simulated crash")
+
+    reporter.report = report_then_crash
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        _run(method, reporter=reporter, max_steps=8, eval_every=2)
+    resumed = kd_method()
+    reporter2 = loop.LocalReporter(checkpoint_dir=tmp_path / "ckpt")
+    result = _run(resumed, reporter=reporter2, max_steps=8, eval_every=2, log_every=1)
+    assert [r["step"] for r in reporter2.history] == [6.0, 8.0]  # steps 1-4 were not redone
+    assert result.steps == 8
+    # steps 5-8 are exactly those of an uninterrupted run: same weights, batches and dropout draws
+    straight = _run(kd_method(), max_steps=8, eval_every=2, log_every=1)
+    resumed_losses = {r["step"]: r["loss/total"] for r in result.history if r["step"] > 4}
+    straight_losses = {r["step"]: r["loss/total"] for r in straight.history if r["step"] > 4}
+    assert resumed_losses.keys() == {5.0, 6.0, 7.0, 8.0}
+    for step, value in straight_losses.items():
+        assert math.isclose(resumed_losses[step], value, rel_tol=1e-5), step
