@@ -1,4 +1,4 @@
-"""Cost of the loop's per-step divergence agreement (`loop.diverged_ranks`) under DDP on gloo.
+"""Cost of the loop's per-step divergence agreement (`engine.diverged_ranks`) under DDP on gloo.
 
     .venv/bin/python benchmarks/divergence_check.py [--world 2] [--calls 2000] [--repeats 5]
 
@@ -21,7 +21,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from pipeline.training import loop
+from pipeline.training import engine
 
 
 def _free_port() -> int:
@@ -35,15 +35,15 @@ def _worker(rank: int, world: int, port: int, calls: int, repeats: int, out: str
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=world)
     try:
-        setting = loop.Distributed(strategy="ddp", world_size=world, rank=rank)
+        setting = engine.Distributed(strategy="ddp", world_size=world, rank=rank)
         for _ in range(100):  # warm-up: connections, allocator
-            loop.diverged_ranks(1.0, setting)
+            engine.diverged_ranks(1.0, setting)
         medians = []
         for _ in range(repeats):
             times = []
             for _ in range(calls):
                 t0 = time.perf_counter()
-                loop.diverged_ranks(1.0, setting)
+                engine.diverged_ranks(1.0, setting)
                 times.append(time.perf_counter() - t0)
             medians.append(statistics.median(times))
         with open(f"{out}.{rank}", "w") as f:

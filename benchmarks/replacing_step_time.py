@@ -51,7 +51,7 @@ from methods.dcr import DeterministicContinuousReplacement
 from methods.finetune import Finetune
 from methods.theseus import Theseus
 from pipeline.config import TrainConfig
-from pipeline.training import loop
+from pipeline.training.engine import Distributed, Engine, check_groups
 
 TASK = TaskInfo("bench", 2, False, ("neg", "pos"))
 TOTAL_STEPS = 10_000  # schedules are pinned below; only the plan's length needs a value
@@ -83,9 +83,9 @@ def make_step(method: Method, batch: dict[str, torch.Tensor], device: torch.devi
     phase = method.phases(TOTAL_STEPS)[0]
     method.start_phase(phase)
     groups = method.param_groups(phase)
-    loop._check_groups(groups, phase, method.model)
+    check_groups(groups, phase, method.model)
     train = TrainConfig(batch_size=32, learning_rate=1e-5, warmup_ratio=0.0, max_grad_norm=1.0, bf16="off")
-    engine = loop.Engine(method, groups, phase, train, loop.Distributed(device=device), micro_batch=32)
+    engine = Engine(method, groups, phase, train, Distributed(device=device), micro_batch=32)
     progress = Progress(0, TOTAL_STEPS, phase.name, 0, phase.steps)
 
     def step() -> None:

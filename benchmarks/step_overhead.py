@@ -22,7 +22,7 @@ from transformers import BertConfig, BertForSequenceClassification
 from methods.base import MethodContext, StudentDefaults, TaskInfo
 from methods.finetune import Finetune
 from pipeline.config import TrainConfig
-from pipeline.training import loop
+from pipeline.training import batches, engine, loop
 
 BATCH, LENGTH = 32, 64
 
@@ -44,14 +44,14 @@ def dataset(n: int) -> datasets.Dataset:
 
 def drydock_steps(data: datasets.Dataset, steps: int) -> list[float]:
     stamps: list[float] = []
-    original = loop.Engine.optimizer_step
+    original = engine.Engine.optimizer_step
 
     def timed(self):
         out = original(self)
         stamps.append(time.perf_counter())
         return out
 
-    loop.Engine.optimizer_step = timed
+    engine.Engine.optimizer_step = timed
     try:
         ctx = MethodContext(task=TaskInfo("bench", 2, False), teacher=None, load_pretrained=model_factory,
                             student=StudentDefaults(num_layers=6), learning_rate=5e-5)
@@ -61,17 +61,17 @@ def drydock_steps(data: datasets.Dataset, steps: int) -> list[float]:
         task = type("T", (), {"metrics": ("accuracy",), "primary_metric": "accuracy", "regression": False})()
         loop.run(method, train_set=data, dev=dev, task=task, train=train, seed=0)
     finally:
-        loop.Engine.optimizer_step = original
+        engine.Engine.optimizer_step = original
     return [b - a for a, b in zip(stamps, stamps[1:])]
 
 
 def plain_steps(data: datasets.Dataset, steps: int) -> list[float]:
     torch.manual_seed(0)
     model = model_factory().train()
-    batches = [loop.collate([data[i] for i in range(s * BATCH, (s + 1) * BATCH)]) for s in range(steps)]
+    batches = [batches.collate([data[i] for i in range(s * BATCH, (s + 1) * BATCH)]) for s in range(steps)]
     optimizer = torch.optim.AdamW(model.parameters(), lr=5e-5, weight_decay=0.01)
     warmup = int(0.1 * steps)
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: loop.lr_factor(s, steps, warmup, "linear"))
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: engine.lr_factor(s, steps, warmup, "linear"))
     stamps = []
     for batch in batches:
         labels = batch.pop("labels")

@@ -193,6 +193,9 @@ class Method(ABC):
         """Evaluate schedules for the coming step; the values are logged as schedule/<name>."""
         return {}
 
+    def after_optimizer_step(self, progress: Progress) -> None:  # noqa: B027 - optional hook
+        """Called after every optimizer step: the one hook that may change parameters."""
+
     @abstractmethod
     def loss(self, batch: Batch, progress: Progress) -> dict[str, torch.Tensor]:
         """Named loss terms for one micro-batch."""
@@ -239,6 +242,11 @@ def decay_groups(
     if no_decay:
         groups.append(ParamGroup(f"{name}.no_decay", no_decay, lr, 0.0, schedule=schedule))
     return groups
+
+
+def group_owner(name: str) -> str:
+    """The phase-trainable name a parameter group belongs to: `student.no_decay` → `student`."""
+    return name.split(".", 1)[0]
 
 
 def freeze(module: nn.Module) -> nn.Module:

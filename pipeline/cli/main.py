@@ -110,7 +110,7 @@ def cmd_methods(args: argparse.Namespace) -> int:
 
 def cmd_train(args: argparse.Namespace) -> int:
     from pipeline.config import load_spec
-    from pipeline.training.trial import resolve_params, run_trial
+    from pipeline.training.trial import resolve_params, run_trial, verify_trial
 
     spec = load_spec(args.spec, args.overrides)
     from methods import registered_methods
@@ -121,6 +121,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     workdir = args.workdir or Path("runs")
     seed = spec.seeds[0] if args.seed is None else args.seed
     outcome = run_trial(spec, args.method, params, seed, workdir, args.output)
+    outcome.metrics["export_max_abs_diff"] = verify_trial(args.output)  # counts only once it reloads alone
     m = outcome.metrics
     teacher = f", teacher {m['teacher_metric']:.4f}" if m.get("teacher_metric") is not None else ""
     print(

@@ -21,7 +21,7 @@ import torch
 from pipeline.config import spec_from_dict
 from pipeline.search.outcome import write_outcome
 from pipeline.search.space import TrialSpec
-from pipeline.training import loop
+from pipeline.training import engine, loop
 
 
 class RayReporter:
@@ -47,7 +47,7 @@ class RayReporter:
         return path if (path / loop.CHECKPOINT_FILE).is_file() else None
 
 
-def _distributed(resources: dict[str, Any], preset: dict[str, Any] | None) -> loop.Distributed:
+def _distributed(resources: dict[str, Any], preset: dict[str, Any] | None) -> engine.Distributed:
     context = ray.train.get_context()
     world, rank = context.get_world_size(), context.get_world_rank()
     if resources["use_gpu"] and torch.cuda.is_available():
@@ -55,10 +55,11 @@ def _distributed(resources: dict[str, Any], preset: dict[str, Any] | None) -> lo
         torch.cuda.set_device(device)
     else:
         device = torch.device("cpu")
-    strategy = resources["strategy"] if (world > 1 or resources["strategy"] == "deepspeed") else "none"
-    return loop.Distributed(
-        strategy=strategy, world_size=world, rank=rank, device=device,
+    # Distributed applies the one rule of when DDP is plain training (engine.effective_strategy)
+    return engine.Distributed(
+        strategy=resources["strategy"], world_size=world, rank=rank, device=device,
         zero_stage=resources["deepspeed"]["zero_stage"], deepspeed_preset=preset,
+        node_id=ray.get_runtime_context().get_node_id(),
     )
 
 
@@ -84,7 +85,6 @@ def train_worker(config: dict[str, Any]) -> None:
         outcome = run_trial(
             spec, trial.method, trial.params, trial.seed, workdir, output_dir,
             prepared=prepared, teacher=teacher, dist=dist, reporter=RayReporter(), log=lambda _: None,
-            verify=False,  # the sweep's driver verifies every export in one long-lived fresh process
         )
     except loop.TrainingDiverged as e:
         # Not retryable (it would diverge again): record it and end the trial normally.

@@ -21,7 +21,9 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from methods.base import TaskInfo, logits_of
+from methods.base import Method, TaskInfo, logits_of
+from pipeline.prepare.stage import Prepared
+from pipeline.training.batches import collate
 
 METADATA_FILE = "drydock.json"
 VERIFY_ATOL = 1e-4
@@ -95,8 +97,6 @@ def load_reference(path: Path) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
 
 
 def reference_batch(dev_dataset, n: int = 16, pad_id: int = 0) -> dict[str, torch.Tensor]:
-    from pipeline.training.loop import collate
-
     columns = dev_dataset[: min(n, len(dev_dataset))]
     rows = [dict(zip(columns, values)) for values in zip(*columns.values())]
     batch = collate(rows, pad_id)
@@ -186,3 +186,33 @@ def verify_export(folder: Path, expected: torch.Tensor, batch: dict[str, torch.T
     if diff > VERIFY_ATOL * scale:
         raise ExportMismatch(f"{folder}: reloaded logits differ from the trained model's by {diff:.3g}")
     return diff
+
+
+def count_parameters(model: nn.Module) -> tuple[int, int]:
+    """(all parameters, parameters outside the embeddings) — the figures papers report."""
+    total = sum(p.numel() for p in model.parameters())
+    embeddings = 0
+    for name, module in model.named_modules():
+        if name.endswith("embeddings"):
+            embeddings = sum(p.numel() for p in module.parameters())
+            break
+    return total, total - embeddings
+
+
+def export_student(method: Method, prepared: Prepared, output_dir: Path, metadata: dict[str, Any]) -> dict[str, int]:
+    """The trained method's export saved as `output_dir/student`, with the reference batch and
+    the trained model's logits beside it (`VERIFY_FILE`) for `verify_saved`; returns its sizes."""
+    batch = reference_batch(prepared.data.dev["dev"], pad_id=prepared.pad_id)
+    expected = reference_logits(method.eval_model(), batch)  # before export: an export may share or move modules
+    student = method.export()
+    total, encoder = count_parameters(student)
+    sizes = {"num_params": total, "num_params_encoder": encoder}
+    save_student(student, prepared.tokenizer, output_dir / "student", prepared.task, {**metadata, **sizes})
+    save_reference(output_dir / VERIFY_FILE, batch, expected)
+    return sizes
+
+
+def verify_saved(output_dir: Path, verifier: Verifier | None = None) -> float:
+    """`verify_export` of `output_dir/student` against the reference saved beside it."""
+    batch, expected = load_reference(output_dir / VERIFY_FILE)
+    return verify_export(output_dir / "student", expected, batch, verifier)

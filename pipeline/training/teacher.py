@@ -20,7 +20,7 @@ from pipeline.errors import DrydockError
 from pipeline.prepare.cache import atomic_dir, digest, folder_digest
 from pipeline.prepare.models import load_finetuned, tokenizer_id
 from pipeline.prepare.stage import Prepared
-from pipeline.training import loop
+from pipeline.training import engine, loop
 from pipeline.training.context import method_context
 from pipeline.training.export import save_student
 
@@ -108,12 +108,12 @@ def existing_teacher(spec: SweepSpec, prepared: Prepared, workdir: Path) -> Teac
 
 
 def finetune_teacher(
-    spec: SweepSpec, prepared: Prepared, workdir: Path, dist: loop.Distributed | None = None, reporter: loop.Reporter | None = None
+    spec: SweepSpec, prepared: Prepared, workdir: Path, dist: engine.Distributed | None = None, reporter: loop.Reporter | None = None
 ) -> TeacherResult | None:
     """Fine-tune the teacher (the `finetune` method on every layer of the pretrained checkpoint)
     and cache it under `<workdir>/teachers/<key>`. Under DDP or DeepSpeed every rank calls this;
     rank 0 writes the cache and gets the result, the other ranks get None."""
-    dist = dist or loop.Distributed()
+    dist = dist or engine.Distributed()
     key = teacher_key(spec, prepared)
     final = workdir / "teachers" / key
     train = teacher_train_config(spec)

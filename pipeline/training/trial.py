@@ -1,7 +1,9 @@
-"""One trial: a method with concrete parameters and a seed, from cached data to a verified export.
+"""One trial: a method with concrete parameters and a seed, from cached data to a saved export.
 
-Shared by `drydock train` (in-process) and the Ray Train worker of a sweep. The caller has
-already run the prepare and teacher stages (or the trial runs them through the cache).
+It runs one way wherever it runs, `drydock train` in-process or a Ray Train worker of a sweep:
+train, export on rank 0, save the reference logits beside the student. Verifying the export in
+a fresh process (`verify_trial`) is the caller's next step: `drydock train` calls it at once,
+a sweep's recorder in its one long-lived verification process.
 """
 
 from __future__ import annotations
@@ -14,12 +16,12 @@ from pathlib import Path
 from typing import Any
 
 from methods import get_method
-from methods._bert import count_parameters
-from pipeline.config import SweepSpec
+from pipeline.config import SweepSpec, default_params
+from pipeline.prepare.data import prepare_unlabeled
 from pipeline.prepare.stage import Prepared, prepare
 from pipeline.training import loop
 from pipeline.training.context import method_context
-from pipeline.training.export import VERIFY_FILE, reference_batch, reference_logits, save_reference, save_student, verify_export
+from pipeline.training.export import export_student, verify_saved
 from pipeline.training.teacher import TeacherResult, ensure_teacher
 
 METRICS_FILE = "metrics.json"
@@ -34,11 +36,22 @@ class TrialOutcome:
 def resolve_params(spec: SweepSpec, method_name: str, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
     """The spec's fixed values, then concrete overrides (a sampled search point); a parameter
     still given as a search domain falls back to the method's default."""
-    from pipeline.config import default_params
-
     params = default_params(spec.methods.get(method_name) or {})
     params.update(overrides or {})
     return get_method(method_name).Params.model_validate(params).model_dump()
+
+
+class _Laps:
+    """Seconds spent in each part of the trial, recorded in metrics.json (`timings`)."""
+
+    def __init__(self) -> None:
+        self.clock = time.perf_counter()
+        self.timings: dict[str, float] = {}
+
+    def __call__(self, name: str) -> None:
+        now = time.perf_counter()
+        self.timings[f"seconds_{name}"] = now - self.clock
+        self.clock = now
 
 
 def run_trial(
@@ -54,18 +67,9 @@ def run_trial(
     dist: loop.Distributed | None = None,
     reporter: loop.Reporter | None = None,
     log: Callable[[str], None] = print,
-    verify: bool = True,
 ) -> TrialOutcome:
     dist = dist or loop.Distributed()  # one process: rank 0 of 1
-    clock = time.perf_counter()
-    timings: dict[str, float] = {}
-
-    def lap(name: str) -> None:
-        nonlocal clock
-        now = time.perf_counter()
-        timings[f"seconds_{name}"] = now - clock
-        clock = now
-
+    lap = _Laps()
     method_cls = get_method(method_name)
     typed = method_cls.Params.model_validate(params)
     prepared = prepared or prepare(spec, workdir)
@@ -75,29 +79,40 @@ def run_trial(
         teacher = teacher or ensure_teacher(spec, prepared, workdir, log=log)
         teacher_model = teacher.load()
     lap("teacher")
-    lr = getattr(typed, "learning_rate", None)
     ctx = method_context(
-        spec, prepared, teacher_model, seed, learning_rate=lr,
+        spec, prepared, teacher_model, seed, learning_rate=getattr(typed, "learning_rate", None),
         cache_dir=workdir / "cache" / "methods", cache_scope=teacher.key if teacher else prepared.data.fingerprint,
     )
     method = method_cls(typed, ctx)
-
-    unlabeled = None
     request = method.unlabeled()
+    unlabeled = None
     if request is not None:
-        from pipeline.prepare.data import prepare_unlabeled
-
         unlabeled = prepare_unlabeled(spec.task, prepared.tokenizer, workdir / "cache", request.max_samples, request.files)
-
     result = loop.run(
         method, train_set=prepared.data.train, dev=prepared.data.dev, task=prepared.data.task,
         train=spec.train, seed=seed, dist=dist, reporter=reporter, unlabeled_set=unlabeled, pad_id=prepared.pad_id,
     )
     lap("train")
+    metrics = trial_metrics(spec, method_name, typed.model_dump(mode="json"), seed, prepared, teacher, result, dist)
+    if not dist.is_main:
+        return TrialOutcome(metrics=metrics, student_path=None)
+    student_path = output_dir / "student"
+    metadata = {**metrics, "teacher_path": str(teacher.path) if teacher else None}
+    metrics.update(export_student(method, prepared, output_dir, metadata))
+    lap("export")
+    metrics["timings"] = lap.timings
+    output_dir.mkdir(parents=True, exist_ok=True)
+    (output_dir / METRICS_FILE).write_text(json.dumps(metrics, indent=2, default=str))
+    return TrialOutcome(metrics=metrics, student_path=student_path)
+
+
+def trial_metrics(spec: SweepSpec, method_name: str, params: dict[str, Any], seed: int, prepared: Prepared,
+                  teacher: TeacherResult | None, result: loop.LoopResult, dist: loop.Distributed) -> dict[str, Any]:
+    """metrics.json's fields (README, Outputs): the best evaluation, the teacher's, how it ran."""
     primary = prepared.data.task.primary_metric
-    metrics: dict[str, Any] = {
+    return {
         "method": method_name,
-        "params": typed.model_dump(mode="json"),
+        "params": params,
         "seed": seed,
         "metric_name": primary,
         "metric": result.best_metrics.get(f"eval/{primary}"),
@@ -107,37 +122,20 @@ def run_trial(
         "steps": result.steps,
         "data_fingerprint": prepared.data.fingerprint,
         "strategy": dist.strategy,
-        "node_id": _node_id(),
+        "node_id": dist.node_id,
         "world_size": dist.world_size,
         "teacher": spec.teacher.model,
     }
-    student_path = None
-    if dist.is_main:
-        student_path = output_dir / "student"
-        eval_model = method.eval_model()
-        batch = reference_batch(prepared.data.dev["dev"], pad_id=prepared.pad_id)
-        expected = reference_logits(eval_model, batch)
-        student = method.export()
-        total, encoder = count_parameters(student)
-        metrics.update({"num_params": total, "num_params_encoder": encoder})
-        save_student(student, prepared.tokenizer, student_path, prepared.task, {**metrics, "teacher_path": str(teacher.path) if teacher else None})
-        lap("export")
-        if verify:
-            metrics["export_max_abs_diff"] = verify_export(student_path, expected, batch)
-            lap("verify")
-        else:  # the caller verifies later in its own fresh process (a sweep's driver)
-            save_reference(output_dir / VERIFY_FILE, batch, expected)
-        metrics["timings"] = timings
-        output_dir.mkdir(parents=True, exist_ok=True)
-        (output_dir / METRICS_FILE).write_text(json.dumps(metrics, indent=2, default=str))
-    return TrialOutcome(metrics=metrics, student_path=student_path)
 
 
-def _node_id() -> str | None:
-    """The Ray node this trial ran on (None outside Ray): which machine, for cluster debugging."""
-    try:
-        import ray
-
-        return ray.get_runtime_context().get_node_id() if ray.is_initialized() else None
-    except ImportError:
-        return None
+def verify_trial(output_dir: Path) -> float:
+    """Reload the trial's student in a fresh process without drydock and compare its logits with
+    the trained model's; the difference is added to metrics.json. Raises `ExportMismatch`."""
+    started = time.perf_counter()
+    diff = verify_saved(output_dir)
+    metrics_file = output_dir / METRICS_FILE
+    metrics = json.loads(metrics_file.read_text())
+    metrics["export_max_abs_diff"] = diff
+    metrics.setdefault("timings", {})["seconds_verify"] = time.perf_counter() - started
+    metrics_file.write_text(json.dumps(metrics, indent=2, default=str))
+    return diff

@@ -18,6 +18,7 @@ from methods._bert import count_parameters
 from methods.base import MethodContext, Progress, StudentDefaults, TaskInfo, logits_of
 from pipeline.config import TrainConfig
 from pipeline.training import loop
+from pipeline.training.engine import Distributed, Engine, check_groups
 from tests.conftest import make_batch, make_tiny_bert
 
 # method -> parameters for a 4-layer, hidden-32 teacher (keep each method's steps cheap)
@@ -95,10 +96,10 @@ def test_each_phase_step_trains_its_groups_only(name):
     for index, phase in enumerate(plan):
         method.start_phase(phase)
         groups = method.param_groups(phase)
-        loop._check_groups(groups, phase, method.model)
+        check_groups(groups, phase, method.model)
         trained = {id(p) for g in groups for p in g.params}
         before = {n: p.detach().clone() for n, p in method.model.named_parameters()}
-        engine = loop.Engine(method, groups, phase, train, loop.Distributed(), micro_batch=8)
+        engine = Engine(method, groups, phase, train, Distributed(), micro_batch=8)
         progress = Progress(index, len(plan), phase.name, 0, max(1, phase.steps))
         method.on_step(progress)
         step_batch = {k: v for k, v in batch.items() if phase.data == "train" or k != "labels"}

@@ -532,7 +532,7 @@ def test_preset_merged_by_the_loop_is_a_valid_deepspeed_config(path):
     from deepspeed.runtime.config import DeepSpeedConfig
 
     from pipeline.config import TrainConfig
-    from pipeline.training.loop import Distributed, deepspeed_config
+    from pipeline.training.engine import Distributed, deepspeed_config
 
     preset = json.loads(path.read_text())
     stage = preset["zero_optimization"]["stage"]

@@ -17,7 +17,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from pipeline.config import TrainConfig
-from pipeline.training import loop
+from pipeline.training import engine, loop
 
 
 def _free_port() -> int:
@@ -39,14 +39,14 @@ def _worker(rank: int, world: int, strategy: str, zero_stage: int, port: int, ou
         result = loop.run(
             method, train_set=tiny_dataset(), dev={"dev": tiny_dataset(16, seed=1)}, task=_Task(),
             train=TrainConfig(max_steps=4, batch_size=8, learning_rate=1e-3, eval_every=2, progress_bar=False),
-            seed=0, dist=loop.Distributed(strategy=strategy, world_size=world, rank=rank, zero_stage=zero_stage),
+            seed=0, dist=engine.Distributed(strategy=strategy, world_size=world, rank=rank, zero_stage=zero_stage),
         )
         flat = torch.cat([p.detach().flatten() for p in method.model.parameters()])
         shm_op = None
         if strategy == "deepspeed":
             from deepspeed.comm import comm as ds_comm
 
-            shm_op = ds_comm.cdb.shm_comm_op  # never built on the CPU (loop.skip_cpu_shm_build)
+            shm_op = ds_comm.cdb.shm_comm_op  # never built on the CPU (engine.skip_cpu_shm_build)
         torch.save({"params": flat, "steps": result.steps, "loss": result.history[-1]["loss/total"],
                     "shm_op_built": shm_op is not None}, f"{out}.{rank}")
     finally:
@@ -91,7 +91,7 @@ def _diverging_worker(rank: int, world: int, port: int, out: str) -> None:
             loop.run(
                 method, train_set=tiny_dataset(), dev={"dev": tiny_dataset(16, seed=1)}, task=_Task(),
                 train=TrainConfig(max_steps=6, batch_size=8, learning_rate=1e-3, eval_every=3, progress_bar=False),
-                seed=0, dist=loop.Distributed(strategy="ddp", world_size=world, rank=rank),
+                seed=0, dist=engine.Distributed(strategy="ddp", world_size=world, rank=rank),
             )
             outcome = "finished"
         except loop.TrainingDiverged as e:

@@ -19,7 +19,7 @@ from methods.cofi import (
     phase_steps,
 )
 from pipeline.config import TrainConfig
-from pipeline.training import loop
+from pipeline.training.engine import Distributed, Engine, check_groups
 from tests.conftest import make_batch, make_tiny_bert
 
 INPUT_KEYS = ("input_ids", "attention_mask", "token_type_ids")
@@ -240,9 +240,9 @@ def test_lagrangian_drives_a_tiny_models_sparsity_to_the_target():
     prune = method.phases(steps)[1]
     method.start_phase(prune)
     groups = method.param_groups(prune)
-    loop._check_groups(groups, prune, method.model)
+    check_groups(groups, prune, method.model)
     train = TrainConfig(batch_size=4, learning_rate=1e-3, warmup_ratio=0.0, max_grad_norm=1.0)
-    engine = loop.Engine(method, groups, prune, train, loop.Distributed(), micro_batch=4)
+    engine = Engine(method, groups, prune, train, Distributed(), micro_batch=4)
     batch = make_batch(batch_size=4, seq_len=8, seed=3)
     for step in range(steps):
         progress = Progress(step, steps, prune.name, step, steps)

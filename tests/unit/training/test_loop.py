@@ -10,7 +10,7 @@ import torch
 from methods import get_method
 from methods.base import MethodContext, StudentDefaults
 from pipeline.config import TrainConfig
-from pipeline.training import loop
+from pipeline.training import batches, engine, evaluation, loop
 from tests.conftest import make_tiny_bert
 from tests.contract.test_method_contract import TASK, _Task, tiny_dataset
 
@@ -25,25 +25,25 @@ def kd_method(**params):
 
 def test_lr_factor_warmup_then_linear_decay():
     # 10 steps, 2 of warm-up: 0.5, 1.0, then (10-s)/8
-    got = [loop.lr_factor(s, 10, 2, "linear") for s in range(10)]
+    got = [engine.lr_factor(s, 10, 2, "linear") for s in range(10)]
     assert got[:2] == [0.5, 1.0]
     assert got[2:] == [pytest.approx((10 - s) / 8) for s in range(2, 10)]
-    assert loop.lr_factor(7, 10, 2, "constant") == 1.0
+    assert engine.lr_factor(7, 10, 2, "constant") == 1.0
 
 
 def test_total_steps_and_epoch_sampler_cover_every_example_once_per_epoch():
-    assert loop.total_steps(TrainConfig(epochs=2, batch_size=32), 100) == 8
-    assert loop.total_steps(TrainConfig(epochs=2, batch_size=32, max_steps=5), 100) == 5
-    ranks = [loop.EpochSampler(10, seed=3, rank=r, world_size=2).indices() for r in (0, 1)]
+    assert batches.total_steps(TrainConfig(epochs=2, batch_size=32), 100) == 8
+    assert batches.total_steps(TrainConfig(epochs=2, batch_size=32, max_steps=5), 100) == 5
+    ranks = [batches.EpochSampler(10, seed=3, rank=r, world_size=2).indices() for r in (0, 1)]
     assert sorted(ranks[0] + ranks[1]) == list(range(10))
-    s = loop.EpochSampler(10, seed=3)
+    s = batches.EpochSampler(10, seed=3)
     first = s.indices()
     s.epoch = 1
     assert s.indices() != first and sorted(s.indices()) == list(range(10))
 
 
 def test_collate_pads_dynamically():
-    batch = loop.collate([{"input_ids": [1, 2, 3], "token_type_ids": [0, 0, 1], "labels": 1}, {"input_ids": [4], "labels": 0}])
+    batch = batches.collate([{"input_ids": [1, 2, 3], "token_type_ids": [0, 0, 1], "labels": 1}, {"input_ids": [4], "labels": 0}])
     assert batch["input_ids"].tolist() == [[1, 2, 3], [4, 0, 0]]
     assert batch["attention_mask"].tolist() == [[1, 1, 1], [1, 0, 0]]
     assert batch["token_type_ids"].tolist() == [[0, 0, 1], [0, 0, 0]]
@@ -76,10 +76,10 @@ def test_gradient_accumulation_matches_one_big_batch():
 
     batch = make_batch(batch_size=8, seed=4)
     progress = Progress(0, 1, "finetune", 0, 1)
-    ea = loop.Engine(a, groups_a, plan_a[0], train, loop.Distributed(), 8)
+    ea = engine.Engine(a, groups_a, plan_a[0], train, engine.Distributed(), 8)
     ea.micro_step(batch, progress, 1.0)
     ea.optimizer_step()
-    eb = loop.Engine(b, groups_b, plan_b[0], train.model_copy(update={"grad_accumulation": 2}), loop.Distributed(), 4)
+    eb = engine.Engine(b, groups_b, plan_b[0], train.model_copy(update={"grad_accumulation": 2}), engine.Distributed(), 4)
     for half in (slice(0, 4), slice(4, 8)):
         eb.micro_step({k: v[half] for k, v in batch.items()}, progress, 0.5)
     eb.optimizer_step()
@@ -120,7 +120,7 @@ def test_best_selectable_state_is_restored_and_reported():
     assert len(accuracies) == 3 and result.best_metrics["eval/accuracy"] == max(accuracies)
     assert "epoch" in reporter.history[0] and "epoch" not in reporter.history[-1]
     # the restored model scores the best accuracy again
-    again = loop.evaluate(method.eval_model(), {"dev": tiny_dataset(32, seed=1)}, _Task(), 16, torch.device("cpu"))
+    again = evaluation.evaluate(method.eval_model(), {"dev": tiny_dataset(32, seed=1)}, _Task(), 16, torch.device("cpu"))
     assert again["eval/accuracy"] == result.best_metrics["eval/accuracy"]
 
 

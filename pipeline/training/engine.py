@@ -1,0 +1,236 @@
+"""One optimizer step's mechanics for plain, DDP and DeepSpeed training: the optimizer and its
+learning-rate schedule, the wrapped module, bf16 autocast, gradient accumulation and clipping,
+the divergence check every rank agrees on, and the engine's part of a checkpoint.
+
+Methods never see any of this (ARCHITECTURE §3): the loop builds one `Engine` per phase from
+the phase's parameter groups and calls `micro_step` / `optimizer_step`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+from torch import nn
+
+from methods.base import Method, ParamGroup, Phase, Progress, group_owner
+from pipeline.config import TrainConfig
+
+
+def effective_strategy(strategy: str, world_size: int) -> Literal["none", "ddp", "deepspeed"]:
+    """DDP with one worker is plain training (nothing to all-reduce, no wrapper to pay for);
+    DeepSpeed stays DeepSpeed even alone, since its config (ZeRO, bf16) changes the training."""
+    if strategy == "deepspeed":
+        return "deepspeed"
+    return "ddp" if strategy == "ddp" and world_size > 1 else "none"
+
+
+@dataclass(frozen=True)
+class Distributed:
+    """Where and how this process trains; the default is one process on the CPU."""
+
+    strategy: Literal["none", "ddp", "deepspeed"] = "none"
+    world_size: int = 1
+    rank: int = 0
+    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+    zero_stage: int = 1
+    deepspeed_preset: Mapping[str, Any] | None = None
+    node_id: str | None = None  # the cluster node this process runs on, recorded with the trial
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "strategy", effective_strategy(self.strategy, self.world_size))
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+def diverged_ranks(loss: float, dist: Distributed) -> list[int]:
+    """The ranks whose loss this step is not finite, agreed by every rank.
+
+    Why a collective: a loss can overflow on one rank's batch only (bf16, an odd batch). If that
+    rank stopped alone, the others would block in their next gradient all-reduce until the
+    backend's timeout (30 minutes for gloo) and the run would end as a crash, not a divergence.
+    One all-reduce of `world_size` flags per step makes every rank stop at the same step."""
+    bad = not math.isfinite(loss)
+    if dist.world_size == 1 or not torch.distributed.is_initialized():
+        return [dist.rank] if bad else []
+    flags = torch.zeros(dist.world_size, device=dist.device)
+    flags[dist.rank] = float(bad)
+    torch.distributed.all_reduce(flags)
+    return [rank for rank, flag in enumerate(flags.tolist()) if flag]
+
+
+def lr_factor(step: int, steps: int, warmup_steps: int, schedule: str) -> float:
+    """Linear warm-up, then linear decay to 0 at `steps` (or constant after warm-up)."""
+    if warmup_steps and step < warmup_steps:
+        return (step + 1) / warmup_steps
+    if schedule == "constant":
+        return 1.0
+    return max(0.0, (steps - step) / max(1, steps - warmup_steps))
+
+
+def build_optimizer(groups: list[ParamGroup], phase: Phase, warmup_ratio: float):
+    torch_groups = [
+        {"params": g.params, "lr": g.lr, "weight_decay": g.weight_decay, "maximize": g.maximize, "name": g.name}
+        for g in groups
+        if g.params
+    ]
+    optimizer = torch.optim.AdamW(torch_groups, lr=torch_groups[0]["lr"] if torch_groups else 1e-3)
+    warmup = int(round(phase.steps * (phase.warmup_ratio if phase.warmup_ratio is not None else warmup_ratio)))
+    lambdas = [
+        (lambda s, sch=g.schedule: lr_factor(s, phase.steps, warmup, sch)) for g in groups if g.params
+    ]
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambdas)
+    return optimizer, scheduler
+
+
+def check_groups(groups: list[ParamGroup], phase: Phase, model: nn.Module) -> None:
+    for g in groups:
+        if g.name not in phase.trainable and group_owner(g.name) not in phase.trainable:
+            raise ValueError(f"phase {phase.name!r}: group {g.name!r} is not in its trainable groups {phase.trainable}")
+    trained = {id(p) for g in groups for p in g.params}
+    for p in model.parameters():
+        p.requires_grad_(id(p) in trained)
+
+
+class TrainStep(nn.Module):
+    """What DDP or DeepSpeed wraps: the method's trainable module, with `forward` = `method.loss`.
+
+    Wrapping this (not the bare model) keeps the gradient all-reduce hooks of DDP and the
+    parameter partitioning of DeepSpeed in force while the method computes its own losses.
+    """
+
+    def __init__(self, method: Method):
+        super().__init__()
+        self.model = method.model
+        self._method = [method]  # a list, so nn.Module does not register it
+
+    def forward(self, batch: dict[str, torch.Tensor], progress: Progress) -> dict[str, torch.Tensor]:
+        return self._method[0].loss(batch, progress)
+
+
+def skip_cpu_shm_build() -> None:
+    """Keep DeepSpeed on the CPU from compiling its shared-memory all-reduce.
+
+    DeepSpeed's communication backend JIT-compiles that C++ op when it starts on the CPU
+    accelerator: 32 s measured here the first time in each environment, and a C++ compiler
+    needed for it. Only `inference_all_reduce` uses it; training's collectives all go
+    through torch.distributed (gloo here). Marked incompatible, the op is not built and nothing
+    else changes. Where a later DeepSpeed renames the op, this does nothing.
+    """
+    import deepspeed.ops
+
+    compatible = deepspeed.ops.__compatible_ops__
+    if "deepspeed_shm_comm" in compatible:
+        compatible["deepspeed_shm_comm"] = False
+
+
+class Engine:
+    """One optimizer step's mechanics for plain, DDP and DeepSpeed training."""
+
+    def __init__(self, method: Method, groups: list[ParamGroup], phase: Phase, train: TrainConfig, dist: Distributed, micro_batch: int):
+        self.dist, self.train = dist, train
+        step_module = TrainStep(method)
+        self.optimizer, self.scheduler = build_optimizer(groups, phase, train.warmup_ratio)
+        self.deepspeed = None
+        if dist.strategy == "deepspeed":
+            import deepspeed
+
+            if dist.device.type == "cpu":
+                skip_cpu_shm_build()
+            config = deepspeed_config(train, dist, micro_batch)
+            self.deepspeed, self.optimizer, _, self.scheduler = deepspeed.initialize(
+                model=step_module, optimizer=self.optimizer, lr_scheduler=self.scheduler, config=config
+            )
+            self.module = self.deepspeed
+        elif dist.strategy == "ddp":
+            from torch.nn.parallel import DistributedDataParallel
+
+            device_ids = [dist.device.index] if dist.device.type == "cuda" else None
+            # find_unused_parameters: Theseus skips modules per batch, CoFi drops whole sub-layers
+            self.module = DistributedDataParallel(step_module, device_ids=device_ids, find_unused_parameters=True)
+        else:
+            self.module = step_module
+        self.trainable = [p for g in groups for p in g.params]
+        self.autocast = _autocast(train, dist)
+
+    def micro_step(self, batch: dict[str, torch.Tensor], progress: Progress, scale: float) -> dict[str, torch.Tensor]:
+        with self.autocast():
+            terms = self.module(batch, progress)
+        loss = sum(v for k, v in terms.items() if not k.startswith("_"))
+        if self.deepspeed is not None:
+            self.deepspeed.backward(loss)  # DeepSpeed scales by its accumulation steps itself
+        else:
+            (loss * scale).backward()
+        terms = dict(terms)
+        terms["total"] = loss
+        return terms
+
+    def optimizer_step(self) -> float:
+        if self.deepspeed is not None:
+            self.deepspeed.step()
+            norm = self.deepspeed.get_global_grad_norm()
+            return float(norm) if norm is not None else float("nan")
+        norm = float("nan")
+        if self.train.max_grad_norm > 0:
+            norm = float(torch.nn.utils.clip_grad_norm_(self.trainable, self.train.max_grad_norm))
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return norm
+
+    def lrs(self) -> dict[str, float]:
+        return {f"lr/{g.get('name', i)}": g["lr"] for i, g in enumerate(self.optimizer.param_groups)}
+
+    def save(self, directory: Path) -> None:
+        """Optimizer and LR-schedule state. DeepSpeed's save is a collective: every rank calls
+        this with its own directory, and Ray merges the ranks' folders into one checkpoint."""
+        if self.deepspeed is not None:
+            self.deepspeed.save_checkpoint(str(directory / "deepspeed"), tag="state")
+        elif self.dist.is_main:
+            torch.save({"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict()}, directory / "engine.pt")
+
+    def load(self, directory: Path) -> None:
+        if self.deepspeed is not None:
+            self.deepspeed.load_checkpoint(str(directory / "deepspeed"), tag="state", load_module_strict=False)
+            return
+        state = torch.load(directory / "engine.pt", weights_only=True, map_location="cpu")
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+
+
+def deepspeed_config(train: TrainConfig, dist: Distributed, micro_batch: int) -> dict[str, Any]:
+    config: dict[str, Any] = dict(dist.deepspeed_preset or {})
+    config.update(
+        {
+            "train_micro_batch_size_per_gpu": micro_batch,
+            "gradient_accumulation_steps": train.grad_accumulation,
+            "train_batch_size": micro_batch * train.grad_accumulation * dist.world_size,
+            "gradient_clipping": train.max_grad_norm,
+            "zero_optimization": {**config.get("zero_optimization", {}), "stage": dist.zero_stage},
+            "zero_allow_untested_optimizer": True,
+            "steps_per_print": 10**9,
+            "wall_clock_breakdown": False,
+        }
+    )
+    if _use_bf16(train, dist):
+        config["bf16"] = {"enabled": True}
+    return config
+
+
+def _use_bf16(train: TrainConfig, dist: Distributed) -> bool:
+    if train.bf16 == "off" or dist.device.type != "cuda":
+        return False
+    return train.bf16 == "on" or torch.cuda.is_bf16_supported()
+
+
+def _autocast(train: TrainConfig, dist: Distributed):
+    if _use_bf16(train, dist) and dist.strategy != "deepspeed":  # DeepSpeed casts itself
+        return lambda: torch.autocast("cuda", dtype=torch.bfloat16)
+    return contextlib.nullcontext

@@ -1,0 +1,43 @@
+"""Dev-set evaluation during training: logits over a dataset in order, then the task's metrics."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from methods.base import logits_of
+from pipeline.prepare.metrics import compute_metrics
+from pipeline.training.batches import collate
+
+
+@torch.no_grad()
+def predict(model: nn.Module, dataset, batch_size: int, device: torch.device, pad_id: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Logits and labels over a dataset, in order (evaluation is not sharded: dev sets are small
+    and every rank computing the same numbers keeps ranks in lock-step without a gather)."""
+    was_training = model.training
+    model.eval()
+    logits, labels = [], []
+    for start in range(0, len(dataset), batch_size):
+        columns = dataset[start : start + batch_size]  # one Arrow slice, not row by row
+        batch = collate([dict(zip(columns, values)) for values in zip(*columns.values())], pad_id)
+        inputs = {k: v.to(device) for k, v in batch.items() if k != "labels"}
+        logits.append(logits_of(model(**inputs)).float().cpu())
+        if "labels" in batch:
+            labels.append(batch["labels"])
+    model.train(was_training)
+    return torch.cat(logits).numpy(), (torch.cat(labels).numpy() if labels else np.array([]))
+
+
+def evaluate(model: nn.Module, dev: Mapping[str, Any], task, batch_size: int, device: torch.device, pad_id: int = 0) -> dict[str, float]:
+    """Task metrics on every dev split: `eval/<metric>` for "dev", `eval_<split>/<metric>` else."""
+    out: dict[str, float] = {}
+    for split, dataset in dev.items():
+        logits, labels = predict(model, dataset, batch_size, device, pad_id)
+        prefix = "eval" if split == "dev" else f"eval_{split.removeprefix('dev_')}"
+        for name, value in compute_metrics(task.metrics, logits, labels, task.regression).items():
+            out[f"{prefix}/{name}"] = float(value)
+    return out
