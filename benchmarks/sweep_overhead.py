@@ -29,7 +29,8 @@ import psutil
 
 from pipeline.config import load_spec
 from pipeline.prepare.stage import prepare
-from pipeline.sweep import max_concurrent, run_sweep
+from pipeline.search.ray_instance import max_concurrent
+from pipeline.sweep import run_sweep
 from pipeline.training.teacher import ensure_teacher
 
 ROOT = Path(__file__).resolve().parents[1]

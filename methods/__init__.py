@@ -9,37 +9,28 @@ method never touches pipeline code.
 from __future__ import annotations
 
 import importlib
-import importlib.util
 from functools import cache, lru_cache
 from importlib.metadata import entry_points
 
 from methods.base import Method
 
-# name -> "module:Class" for the built-ins; imported lazily so `drydock validate` stays fast.
+# name -> "module:Class" for every built-in method; imported lazily so `drydock validate` stays
+# fast. Listed, not discovered: a built-in that fails to import is an import error, never an
+# "unknown method".
 _BUILTIN = {
     "finetune": "methods.finetune:Finetune",
     "kd": "methods.kd:KnowledgeDistillation",
+    "theseus": "methods.theseus:Theseus",
+    "dcr": "methods.dcr:DeterministicContinuousReplacement",
+    "pkd": "methods.pkd:PatientKD",
+    "minilm": "methods.minilm:MiniLM",
+    "cofi": "methods.cofi:CoFi",
 }
-
-
-def _optional_builtins() -> dict[str, str]:
-    """Built-in methods whose files exist (each lands with its own issue)."""
-    found = dict(_BUILTIN)
-    for name, target in {
-        "theseus": "methods.theseus:Theseus",
-        "dcr": "methods.dcr:DeterministicContinuousReplacement",
-        "pkd": "methods.pkd:PatientKD",
-        "minilm": "methods.minilm:MiniLM",
-        "cofi": "methods.cofi:CoFi",
-    }.items():
-        if importlib.util.find_spec(target.split(":")[0]) is not None:
-            found[name] = target
-    return found
 
 
 @lru_cache(maxsize=1)
 def _targets() -> dict[str, str]:
-    targets = _optional_builtins()
+    targets = dict(_BUILTIN)
     for ep in entry_points(group="drydock.methods"):
         targets.setdefault(ep.name, ep.value)
     return targets

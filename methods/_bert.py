@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 from torch import nn
-from transformers import BertConfig, BertForSequenceClassification, PreTrainedModel
+from transformers import BertForSequenceClassification, PreTrainedModel
 from transformers.masking_utils import create_bidirectional_mask
 
 
@@ -121,40 +121,6 @@ def student_from_config(
     if cfg.hidden_size % cfg.num_attention_heads:
         raise ValueError(f"hidden size {cfg.hidden_size} is not divisible by {cfg.num_attention_heads} heads")
     return type(teacher)(cfg)
-
-
-def count_parameters(model: nn.Module) -> tuple[int, int]:
-    """(all parameters, parameters outside the embeddings) — the figures papers report."""
-    total = sum(p.numel() for p in model.parameters())
-    embeddings = 0
-    for name, module in model.named_modules():
-        if name.endswith("embeddings"):
-            embeddings = sum(p.numel() for p in module.parameters())
-            break
-    return total, total - embeddings
-
-
-def tiny_bert_config(
-    vocab_size: int = 100,
-    num_layers: int = 4,
-    hidden_size: int = 32,
-    num_heads: int = 4,
-    intermediate_size: int = 64,
-    num_labels: int = 2,
-    max_position_embeddings: int = 128,
-) -> BertConfig:
-    """The test settings of ARCHITECTURE §6 (and `teacher.model: random` specs)."""
-    return BertConfig(
-        vocab_size=vocab_size,
-        hidden_size=hidden_size,
-        num_hidden_layers=num_layers,
-        num_attention_heads=num_heads,
-        intermediate_size=intermediate_size,
-        max_position_embeddings=max_position_embeddings,
-        num_labels=num_labels,
-        hidden_dropout_prob=0.1,
-        attention_probs_dropout_prob=0.1,
-    )
 
 
 def student_layer_indices(

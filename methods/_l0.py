@@ -21,12 +21,13 @@ Constants and the deterministic rule follow CoFi's official `models/l0_module.py
   masks start at log α ~ N(10, 0.01), always on, as in the official code: sampling them at drop
   rate 0.5 would knock out hidden dimensions, heads and whole sub-layers at random from the first
   pruning step and start the expected sparsity far above the target's ramp, which begins at 0.
-- log α is clamped to [log 0.01, log 100] before every pruning step (the official code clamps
-  after each optimizer step; the sequence of values the forward passes see is the same).
+- log α is clamped to [log 0.01, log 100] after every optimizer step until the surgery, as the
+  official trainer does (`constrain_parameters`), warm-up steps included: the pruning phase
+  starts from clamped always-on masks, and evaluations and the surgery rank clamped values.
 - Binarising at a target (drydock's addition, `binarise_at`): the Lagrangian steers the
   *expected* sparsity, and when pruning ends while the controller still swings around the target
-  the deterministic masks can miss it by several points (measured on SST-2: 0.648 and 0.635 for a
-  0.6 target). Shifting every log α by one common offset changes how many units each group drops
+  the deterministic masks can miss it by several points (docs/stack-facts.md, "CoFi's deterministic
+  masks can miss the target sparsity"). Shifting every log α by one common offset changes how many units each group drops
   (monotonically) but never the order within a group, so a bisection over the offset finds the
   binary masks whose sparsity is closest to the target while keeping the masks' own ranking: the
   least certain units go first, and a group the training made certain (log α at the clamp)

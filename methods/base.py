@@ -1,23 +1,34 @@
 """The method contract: what a compression method provides and when the loop calls it.
 
-A method is research code (plain PyTorch + transformers, never ray/mlflow/deepspeed); the
-training loop (`pipeline/loop.py`) is engineering code that owns devices, precision, DDP or
-DeepSpeed, optimizers, LR schedules, evaluation, checkpoints and export verification. The two
-meet only at the hooks below, called at fixed points:
+A method is research code (plain PyTorch + transformers, never ray/mlflow/deepspeed, never a
+lock, a process or a collective); the training loop (`pipeline/training/loop.py`) is
+engineering code that owns devices, precision, DDP or DeepSpeed, optimizers, LR schedules,
+evaluation, checkpoints and export verification. The two meet only at the hooks below, called
+at fixed points, and everything the loop relies on is written in this file:
 
     method = MethodClass(params, ctx)             # ctx: task, fine-tuned frozen teacher, defaults
     request = method.unlabeled()                  # optional: unlabeled text for a distillation phase
+    ctx.steps_per_epoch = …; ctx.unlabeled_steps_per_epoch = …   # filled by the loop
     model = method.build()                        # the trainable nn.Module  ── hook: build
+    work = method.shared_work()                   # optional: work shared by trials ── hook: shared_work
+    if another trial already did it:              #   the pipeline keys, locks and broadcasts
+        method.load_shared(folder)                #   ── hook: load_shared (phases() then plans
+                                                  #      work.produced_by with 0 steps)
     plan = method.phases(total_steps)             # e.g. replacing → successor fine-tuning
     for phase in plan:                            # ── hook: phases
+        if this trial did the shared work and its producing phases are over:
+            method.save_shared(tmp); publish tmp as folder          ── hook: save_shared
         method.start_phase(phase)                 # surgery between phases (CoFi prunes here)
         groups = method.param_groups(phase)       # lr, weight decay, maximize  ── hook: param_groups
+        check every group's group_owner(name) is in phase.trainable; freeze every other parameter
         optimizer = AdamW(groups); scheduler = warm-up + linear decay (or constant) per group
         wrapped = DDP(TrainStep(method)) | deepspeed.initialize(TrainStep(method))
         for each step of the phase (batches from phase.data, with gradient accumulation):
             values = method.on_step(progress)     # schedules → logged as schedule/<name>
-            losses = wrapped(batch, progress)     # calls method.loss  ── hook: loss
-            backward(sum(losses.values())); clip; optimizer.step(); scheduler.step()
+            losses = check_loss_terms(wrapped(batch, progress))  # method.loss  ── hook: loss
+            backward(sum of the terms without a "_" prefix) → logged as loss/total
+            clip; optimizer.step(); scheduler.step()
+            method.after_optimizer_step(progress) # ── hook: after_optimizer_step (CoFi's clamp)
             every eval_every steps and at the phase end, when phase.evaluate:
                 metrics = evaluate(method.eval_model())          ── hook: eval_model
                 keep method.state_dict() of the best phase.select evaluation
@@ -25,16 +36,33 @@ meet only at the hooks below, called at fixed points:
     student = method.export()                     # physically smaller PreTrainedModel ── hook: export
     save_pretrained + tokenizer + drydock.json; reload in a fresh process; compare logits
 
+What the pipeline reads from a method class, before any trial runs: `name`, `Params` (the spec's
+parameters are validated by it, once, where they land), `summary`, `needs_teacher(params)` (fetch
+a fine-tuned teacher or not) and `learning_rate_override(params)` (the learning rate the
+method's parameters set for the trial; it becomes `ctx.learning_rate`). Nothing else of a
+method's parameters is read outside the method.
+
 Rules a method follows:
 - Everything with parameters that `loss` uses for gradients lives inside the module `build`
   returns, so DDP and DeepSpeed see it; the fine-tuned teacher in `ctx.teacher` is frozen, already
   on the training device, and may be used directly for targets.
 - `loss` returns named scalar terms; the loop sums them and logs each as `loss/<name>`.
-  A term that is only logged, not optimised, must be detached and named with a `_` prefix.
+  A term that is only logged, not optimised, must be detached and named with a `_` prefix
+  (`LOGGED_ONLY_PREFIX`). The names in `RESERVED_LOSS_KEYS` belong to the loop (`total` is the
+  sum it writes); `check_loss_terms` refuses them rather than let the loop overwrite a term.
+- A parameter group is named after the phase-trainable name it belongs to, optionally with a
+  `.<suffix>` (`decay_groups` makes `<name>` and `<name>.no_decay`): `group_owner`.
 - Randomness (Theseus' Bernoulli draws, CoFi's hard-concrete noise) comes from torch's global
   generator, which the loop seeds per trial and per rank.
 - Schedules are pure functions of progress (`methods/_schedules.py`); `on_step` only evaluates
-  them and stores the values the next `loss` call uses.
+  them and stores the values the next `loss` call uses: it never changes a parameter (it runs
+  before the step's forward, on every rank, outside the optimizer). A method that must change
+  parameters outside the gradient step (CoFi keeps log α in a range) does it in
+  `after_optimizer_step`, which runs once the optimizer has stepped.
+- Work worth doing once for many trials (MiniLM's distilled student) is declared, not
+  coordinated: `shared_work` names what the artifact depends on and which phases produce it,
+  `save_shared`/`load_shared` write and read it in a folder they are handed. The pipeline
+  (`pipeline/training/shared.py`) owns the folder, the lock, the waiting and the broadcast.
 """
 
 from __future__ import annotations
@@ -78,21 +106,21 @@ class StudentDefaults:
 
 @dataclass
 class MethodContext:
+    """What a method knows of the trial. The pipeline fills the first group when it creates the
+    method; the loop fills the second before `build()`, since only it knows the data's size and
+    batch size (a method may size its phases from them in `phases`, and MiniLM keys its shared
+    distillation on them)."""
+
     task: TaskInfo
     teacher: PreTrainedModel | None  # fine-tuned on the task, frozen, eval mode, on the device
     load_pretrained: Callable[[], PreTrainedModel]  # the teacher checkpoint before fine-tuning
     student: StudentDefaults = field(default_factory=StudentDefaults)
-    learning_rate: float = 5e-5
+    learning_rate: float = 5e-5  # Method.learning_rate_override(params), else train.learning_rate
     weight_decay: float = 0.01
     warmup_ratio: float = 0.1
+    # filled by the loop before build():
     steps_per_epoch: int = 1  # optimizer steps per epoch of the labeled training set
     unlabeled_steps_per_epoch: int = 0  # the same for the unlabeled set, when one was requested
-    seed: int = 0
-    # Where a method may keep work shared by the trials of a sweep (MiniLM's distilled student),
-    # and what those trials have in common (the teacher's cache key: task, teacher, data and its
-    # settings). None outside a workdir: nothing is shared.
-    cache_dir: Path | None = None
-    cache_scope: str = ""
 
 
 @dataclass(frozen=True)
@@ -104,11 +132,24 @@ class UnlabeledRequest:
 
 
 @dataclass(frozen=True)
+class SharedWork:
+    """An artifact a method builds once and other trials reuse (MiniLM's distilled student).
+
+    The method says only what the artifact depends on and which of its phases produce it; the
+    pipeline derives the artifact's folder from `key` (plus what every trial of the workdir
+    shares: the teacher's cache key), lets one trial build it while the others wait, and has the
+    rest load it instead of running the producing phases."""
+
+    key: Mapping[str, Any]  # JSON-able: everything the artifact depends on, nothing it does not
+    produced_by: tuple[str, ...]  # names of the phases that produce it
+
+
+@dataclass(frozen=True)
 class Phase:
     name: str
     steps: int
-    # names of the ParamGroups trained in this phase; a group named "<name>.<suffix>" (e.g. the
-    # ".no_decay" half from decay_groups) belongs to "<name>". Every other parameter is frozen.
+    # names of the ParamGroups trained in this phase; a group belongs to group_owner(its name)
+    # (e.g. the ".no_decay" half from decay_groups). Every other parameter is frozen.
     trainable: tuple[str, ...]
     data: Literal["train", "unlabeled"] = "train"
     evaluate: bool = True  # dev evaluation is meaningful during this phase
@@ -145,6 +186,32 @@ class Progress:
 
 Batch = Mapping[str, torch.Tensor]  # input_ids, attention_mask, token_type_ids[, labels]
 
+# Loss names the loop writes itself: "total" is the sum of the optimised terms.
+RESERVED_LOSS_KEYS = frozenset({"total"})
+# A loss term named with this prefix is logged but not optimised (it must be detached).
+LOGGED_ONLY_PREFIX = "_"
+# "<owner>.<suffix>": a parameter group's name up to the first separator is its owner.
+GROUP_SEPARATOR = "."
+
+
+def check_loss_terms(terms: Mapping[str, torch.Tensor], method: str = "the method") -> Mapping[str, torch.Tensor]:
+    """`terms`, unless it uses a name the loop writes itself: the loop would overwrite that term
+    in its logs without a word, so the loop calls this on every `loss()` result."""
+    clash = sorted(RESERVED_LOSS_KEYS.intersection(terms))
+    if clash:
+        raise ValueError(
+            f"{method}.loss returned the reserved loss term(s) {clash}: the loop writes "
+            f"{sorted(RESERVED_LOSS_KEYS)} itself; give the term another name"
+        )
+    return terms
+
+
+def group_owner(group_name: str) -> str:
+    """The phase-trainable name a ParamGroup belongs to: `student.no_decay` → `student`. A phase
+    lists owners in `trainable`, so a method may split an owner's parameters into as many groups
+    as it needs (decay and no decay, different rates) without the phase naming each."""
+    return group_name.split(GROUP_SEPARATOR, 1)[0]
+
 
 class Method(ABC):
     """One compression method. Subclasses set `name`, `Params` and implement the hooks."""
@@ -166,6 +233,13 @@ class Method(ABC):
     def needs_teacher(cls, params: MethodParams) -> bool:
         """Whether this configuration needs the fine-tuned teacher (the pipeline fetches one)."""
         return cls.uses_teacher
+
+    @classmethod
+    def learning_rate_override(cls, params: MethodParams) -> float | None:
+        """The learning rate these parameters set for the trial (it becomes `ctx.learning_rate`),
+        or None for the spec's `train.learning_rate`. By default the `learning_rate` field of the
+        Params model, when it defines one: the one parameter name the pipeline reads."""
+        return params.learning_rate if "learning_rate" in cls.Params.model_fields else None
 
     def unlabeled(self) -> UnlabeledRequest | None:
         """Unlabeled text this configuration needs; None for most methods."""
@@ -190,11 +264,16 @@ class Method(ABC):
         The loop sets requires_grad=False on every model parameter outside these groups."""
 
     def on_step(self, progress: Progress) -> dict[str, float]:
-        """Evaluate schedules for the coming step; the values are logged as schedule/<name>."""
+        """Evaluate schedules for the coming step; the values are logged as schedule/<name>.
+
+        It must not change parameters: it runs before the forward pass, outside the optimizer,
+        and nothing else about the step is done yet (see after_optimizer_step)."""
         return {}
 
     def after_optimizer_step(self, progress: Progress) -> None:  # noqa: B027 - optional hook
-        """Called after every optimizer step: the one hook that may change parameters."""
+        """Change parameters after the optimizer stepped (`progress` is the step just taken):
+        constraints the gradient step may break, e.g. CoFi's clamp of log α to its range. Every
+        rank calls it, so it must be deterministic. Evaluations and checkpoints see its result."""
 
     @abstractmethod
     def loss(self, batch: Batch, progress: Progress) -> dict[str, torch.Tensor]:
@@ -208,6 +287,23 @@ class Method(ABC):
     @abstractmethod
     def export(self) -> PreTrainedModel:
         """A physically smaller, standalone model whose logits equal eval_model()'s."""
+
+    # -- work shared across trials ----------------------------------------------------------
+    def shared_work(self) -> SharedWork | None:
+        """What this configuration can share with other trials, or None (most methods). Called
+        after build(), with the loop's context fields filled, before phases()."""
+        return None
+
+    def save_shared(self, folder: Path) -> None:
+        """Write the shared artifact into `folder` (an empty folder the pipeline hands over and
+        publishes afterwards), once the phases in `shared_work().produced_by` have run."""
+        raise NotImplementedError(f"{self.name} declares shared work but cannot save it")
+
+    def load_shared(self, folder: Path) -> None:
+        """Load the artifact another trial saved into `folder`. Called before phases(), which
+        then keeps the producing phases in the plan with 0 steps (a resumed trial finds its
+        phases where its checkpoint says they were)."""
+        raise NotImplementedError(f"{self.name} declares shared work but cannot load it")
 
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to resume mid-trial or to restore the best evaluation."""
@@ -240,13 +336,8 @@ def decay_groups(
         (no_decay if any(pname.endswith(n) for n in _NO_DECAY) else decay).append(p)
     groups = [ParamGroup(name, decay, lr, weight_decay, schedule=schedule)]
     if no_decay:
-        groups.append(ParamGroup(f"{name}.no_decay", no_decay, lr, 0.0, schedule=schedule))
+        groups.append(ParamGroup(f"{name}{GROUP_SEPARATOR}no_decay", no_decay, lr, 0.0, schedule=schedule))
     return groups
-
-
-def group_owner(name: str) -> str:
-    """The phase-trainable name a parameter group belongs to: `student.no_decay` → `student`."""
-    return name.split(".", 1)[0]
 
 
 def freeze(module: nn.Module) -> nn.Module:

@@ -431,7 +431,6 @@ class CoFi(Method):
 
     def on_step(self, progress: Progress) -> dict[str, float]:
         if progress.phase == PRUNE and not self.pruned:
-            self.model.masks.clamp_()
             warmup = round(self.params.sparsity_warmup_fraction * progress.phase_steps)
             self._target = target_sparsity_at(progress.phase_step, warmup, self.params.target_sparsity)
             with torch.no_grad():
@@ -445,6 +444,14 @@ class CoFi(Method):
         if self.pruned:
             return {"sparsity": pruned_sparsity(self._teacher.config, self.model.student.config), **self._binarisation}
         return {}
+
+    def after_optimizer_step(self, progress: Progress) -> None:
+        """Clamp log α to its range after every optimizer step while the masks exist, in every
+        phase before the surgery, as the official trainer does (`constrain_parameters` after each
+        step): the first pruning step then already sees clamped always-on masks, and the
+        evaluations during pruning and the surgery rank clamped values (see `methods/_l0.py`)."""
+        if not self.pruned:
+            self.model.masks.clamp_()
 
     def loss(self, batch: Batch, progress: Progress) -> dict[str, torch.Tensor]:
         if self._groups_structure is not None and self._groups_structure != self._structure:

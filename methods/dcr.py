@@ -1,7 +1,7 @@
 """Deterministic Continuous Replacement (DCR) with Deep Feature Guidance.
 
 Paper: "Deterministic Continuous Replacement", NeurIPS 2025 ScaleOPT workshop. No public code;
-this follows the paper's description summarised in METHODS.md.
+this follows the paper's description (docs/stack-facts.md, "DCR has no public code").
 
 - Student and modules: as BERT-of-Theseus (`_replacing.py`): n successor layers, each paired
   with a module of consecutive frozen teacher layers (uniform split by default, or `split`),

@@ -43,9 +43,12 @@ the distillation code (only checkpoints), so the loss follows the papers' equati
   first trial with a given distillation (same teacher, data, unlabeled text, student shape and
   distillation parameters; not the seed, nor the fine-tuning rate or epochs) saves its distilled
   student in `<workdir>/cache/methods/minilm-<key>/`; every later trial loads it and keeps the
-  distillation phases with no steps. A trial that finds another distilling waits for it (a file
-  lock) instead of distilling the same student again; under DDP rank 0 decides for all ranks.
-  The distilled student then carries the first trial's seed: seeds vary only the fine-tuning.
+  distillation phases with no steps. A trial that finds another distilling waits for it instead
+  of distilling the same student again; under DDP rank 0 decides for all ranks. The method only
+  declares the work (`shared_work`: the key and the producing phases) and writes or reads the
+  student (`save_shared`, `load_shared`); the folder, the lock and the broadcast are the
+  pipeline's (`pipeline/training/shared.py`). The distilled student then carries the first
+  trial's seed: seeds vary only the fine-tuning.
 - Unlabeled text: the task's training split (a seeded subsample of `unlabeled_samples` texts
   when set; `max_train_samples` does not apply) plus every line of `unlabeled_files`; the loop
   streams it without labels.
@@ -58,13 +61,11 @@ student starts); the query–query/key–key terms are added to v1's instead of 
 
 from __future__ import annotations
 
-import fcntl
-import hashlib
-import json
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import torch
 from pydantic import Field
@@ -88,11 +89,13 @@ from methods.base import (
     ParamGroup,
     Phase,
     Progress,
+    SharedWork,
     UnlabeledRequest,
     decay_groups,
 )
 
 DISTILL_PHASES = ("assistant_distill", "distill")
+STUDENT_FILE = "student.pt"  # the distilled student's state, in its shared folder
 
 
 def last_layer_projections(model: PreTrainedModel, batch: Batch) -> dict[str, torch.Tensor]:
@@ -187,8 +190,6 @@ class MiniLM(Method):
     relation_heads: int
     relations: tuple[str, ...]
     distilled: Path | None = None  # the shared distilled student this trial loaded (share_distillation)
-    _share_lock: int | None = None  # fd of the lock held while this trial distils for the others
-    _share_folder: Path | None = None  # where it publishes that distillation
 
     def unlabeled(self) -> UnlabeledRequest:
         return UnlabeledRequest(max_samples=self.params.unlabeled_samples, files=tuple(self.params.unlabeled_files))
@@ -228,16 +229,20 @@ class MiniLM(Method):
         if p.query_key_relations:
             self.relations += ("query_relation", "key_relation")
         self.model = nn.ModuleDict(modules)
-        if p.share_distillation:
-            self._reuse_or_claim_distillation()
         return self.model
 
     # --- shared distillation ------------------------------------------------------------------
 
-    def _distillation_key(self) -> str:
+    def shared_work(self) -> SharedWork | None:
+        if not self.params.share_distillation:
+            return None
+        produced_by = DISTILL_PHASES if self.params.teacher_assistant else ("distill",)
+        return SharedWork(key=self._distillation_key(), produced_by=produced_by)
+
+    def _distillation_key(self) -> dict[str, Any]:
         """Everything the distilled student depends on, and nothing the fine-tuning does: not the
         seed, the fine-tuning learning rate or epochs (the paper's one distillation, fine-tuned
-        per task and seed)."""
+        per task and seed). The unlabeled files count by name, size and modification time."""
         p, ctx = self.params, self.ctx
         distill = p.model_dump(
             mode="json",
@@ -248,52 +253,18 @@ class MiniLM(Method):
         if p.distill_learning_rate is None:
             distill["distill_learning_rate"] = p.learning_rate or ctx.learning_rate
         files = [(f, os.path.getsize(f), os.path.getmtime(f)) for f in p.unlabeled_files]
-        blob = {
-            "scope": ctx.cache_scope, "params": distill, "files": files, "student": ctx.student.__dict__,
+        return {
+            "params": distill, "files": files, "student": ctx.student.__dict__,
             "steps_per_epoch": ctx.unlabeled_steps_per_epoch, "weight_decay": ctx.weight_decay,
             "warmup_ratio": ctx.warmup_ratio,
         }
-        return hashlib.sha256(json.dumps(blob, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
-    def _reuse_or_claim_distillation(self) -> None:
-        """Load the shared distilled student, or take the lock and distil it for the trials that
-        follow. A trial that finds another distilling waits for it rather than distilling the same
-        student again. Under DDP rank 0 decides and the others follow its decision, so every rank
-        runs the same phase plan."""
-        if self.ctx.cache_dir is None:
-            return
-        import torch.distributed as dist
+    def save_shared(self, folder: Path) -> None:
+        torch.save(self.model["student"].state_dict(), folder / STUDENT_FILE)
 
-        distributed = dist.is_available() and dist.is_initialized()
-        main = not distributed or dist.get_rank() == 0
-        folder = self.ctx.cache_dir / f"minilm-{self._distillation_key()}"
-        state_file = folder / "student.pt"
-        found = [None]
-        if main:
-            folder.mkdir(parents=True, exist_ok=True)
-            if not state_file.exists():
-                fd = os.open(folder / "lock", os.O_CREAT | os.O_RDWR)
-                fcntl.flock(fd, fcntl.LOCK_EX)  # blocks while another trial distils
-                if state_file.exists():
-                    os.close(fd)
-                else:
-                    self._share_lock, self._share_folder = fd, folder
-            found = [str(state_file) if state_file.exists() else None]
-        if distributed:
-            dist.broadcast_object_list(found, src=0)
-        if found[0] is not None:
-            self.model["student"].load_state_dict(torch.load(found[0], map_location="cpu", weights_only=True))
-            self.distilled = Path(found[0])
-
-    def _publish_distillation(self) -> None:
-        if self._share_lock is None or self._share_folder is None:
-            return
-        tmp = self._share_folder / f"student.pt.{os.getpid()}.tmp"
-        torch.save(self.model["student"].state_dict(), tmp)
-        os.replace(tmp, self._share_folder / "student.pt")
-        fcntl.flock(self._share_lock, fcntl.LOCK_UN)
-        os.close(self._share_lock)
-        self._share_lock = None
+    def load_shared(self, folder: Path) -> None:
+        self.model["student"].load_state_dict(torch.load(folder / STUDENT_FILE, map_location="cpu", weights_only=True))
+        self.distilled = folder / STUDENT_FILE
 
     def phases(self, total_steps: int) -> list[Phase]:
         per_epoch = self.ctx.unlabeled_steps_per_epoch
@@ -314,8 +285,6 @@ class MiniLM(Method):
         return plan
 
     def start_phase(self, phase: Phase) -> None:
-        if phase.name == "finetune":
-            self._publish_distillation()
         if phase.name == "distill" and "assistant" in self.model and self.distilled is None:
             student = self.model["student"]
             start = student_from_layers(self.model["assistant"], list(range(num_layers(student))))

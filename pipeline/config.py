@@ -1,6 +1,6 @@
 """The sweep spec: one YAML file that says what to compress, how, and where to run it.
 
-The field names are the public contract (ARCHITECTURE §7): users' specs and scripts depend on
+The field names are the public contract (README, "The sweep spec"): users' specs and scripts depend on
 them, so fields may be added but never renamed without a migration message. Every model is
 frozen and rejects unknown keys, so a typo in a spec fails in `drydock validate` instead of being
 silently ignored three hours into a sweep.
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import json
 import math
 import os
 import re
@@ -226,7 +227,7 @@ class TrainConfig(_Model):
 class AshaConfig(_Model):
     # Epochs of labeled training (train.epochs' unit, not evaluations) before ASHA may stop a
     # trial. ASHA's time axis is the fraction of its labeled training a trial has done
-    # (`progress`), so the sweep passes min(grace_period, train.epochs) / train.epochs.
+    # (`progress`); pipeline.search.tuner.scheduler converts it to min(grace_period, train.epochs) / train.epochs.
     grace_period: PositiveInt = 1
     reduction_factor: Annotated[float, Field(gt=1)] = 2.0
 
@@ -590,7 +591,9 @@ def load_spec(path: str | Path, overrides: list[str] | None = None) -> SweepSpec
         raise SpecError(f"{path}{where}: not valid YAML ({getattr(e, 'problem', e)})") from None
     if not isinstance(raw, dict):
         raise SpecError(f"{path}: expected a mapping at the top level")
-    return spec_from_dict(raw, overrides or [])
+    spec = spec_from_dict(raw, overrides or [])
+    load_deepspeed_preset(spec)  # the files a spec names are checked where it is loaded, not where it lands
+    return spec
 
 
 def spec_from_dict(raw: dict[str, Any], overrides: list[str] | None = None) -> SweepSpec:
@@ -612,3 +615,39 @@ def spec_from_dict(raw: dict[str, Any], overrides: list[str] | None = None) -> S
 def spec_to_dict(spec: SweepSpec) -> dict[str, Any]:
     """A plain dict that round-trips through `spec_from_dict` (what Ray ships to workers)."""
     return spec.model_dump(mode="json")
+
+
+# ----------------------------------------------------------------------------------------------
+# DeepSpeed presets
+# ----------------------------------------------------------------------------------------------
+
+
+def load_deepspeed_preset(spec: SweepSpec) -> dict[str, Any] | None:
+    """The DeepSpeed JSON config the spec names, read and checked; None when it names none.
+
+    Checked by `load_spec`, so `drydock validate` reports a missing or mismatched preset, and read
+    again where the sweep starts, which hands its content to the Train workers (they may run in
+    another working directory, or on other nodes). A relative path is relative to the working
+    directory. The preset's ZeRO stage must equal `resources.deepspeed.zero_stage`: the loop sets
+    the stage from the spec, so a preset saying otherwise would silently run another stage.
+    """
+    ds = spec.resources.deepspeed
+    if spec.resources.strategy != "deepspeed" or not ds.preset:
+        return None
+    field = "resources.deepspeed.preset"
+    path = Path(ds.preset)
+    if not path.is_file():
+        raise SpecError(f"{field}: {path} is not a file (a DeepSpeed JSON config)")
+    try:
+        preset = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError) as e:
+        raise SpecError(f"{field}: {path} cannot be read ({e})") from None
+    except json.JSONDecodeError as e:
+        raise SpecError(f"{field}: {path} is not valid JSON ({e})") from None
+    if not isinstance(preset, dict):
+        raise SpecError(f"{field}: {path} holds a JSON {type(preset).__name__}, not an object (a DeepSpeed config)")
+    zero = preset.get("zero_optimization") or {}
+    stage = zero.get("stage") if isinstance(zero, dict) else None
+    if stage is not None and stage != ds.zero_stage:
+        raise SpecError(f"{field}: {path} sets ZeRO stage {stage}, but resources.deepspeed.zero_stage is {ds.zero_stage}")
+    return preset

@@ -1,8 +1,9 @@
 """`<workdir>/<sweep>/results.parquet`: one row per trial, the contract every later stage reads.
 
-Columns (ARCHITECTURE §5): trial_id, method, seed, status, error, params.<name>…, metric_name,
-metric, metrics.<name>…, teacher_metric, retention, num_params, num_params_encoder, latency_ms,
-latency_p90_ms, speedup, train_seconds, steps, pareto, student_path, mlflow_run_id.
+Columns, a public contract (consumers read them by name): trial_id, method, seed, status,
+error, params.<name>…, metric_name, metric, metrics.<name>…, teacher_metric, retention,
+num_params, num_params_encoder, latency_ms, latency_p90_ms, speedup, train_seconds, steps,
+pareto, student_path, mlflow_run_id.
 
 The file is rewritten atomically after every finished trial (write a temporary file, rename),
 so a consumer reading it mid-sweep, or a sweep killed mid-write, never sees a torn file. Rows are
@@ -11,7 +12,9 @@ keyed by trial_id: a resumed sweep updates rows instead of duplicating them.
 
 from __future__ import annotations
 
+import json
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +28,6 @@ TRAILING = [
     "teacher_metric", "retention", "num_params", "num_params_encoder", "latency_ms", "latency_p90_ms",
     "speedup", "train_seconds", "steps", "pareto", "student_path", "mlflow_run_id",
 ]
-# columns the select stage fills in later; null until then
-LATER = {"latency_ms", "latency_p90_ms", "speedup", "pareto"}
 NUMERIC = {"metric", "teacher_metric", "retention", "latency_ms", "latency_p90_ms", "speedup", "train_seconds"}
 INTEGER = {"seed", "num_params", "num_params_encoder", "steps"}
 
@@ -37,12 +38,25 @@ def ordered_columns(columns: list[str]) -> list[str]:
     return LEADING + params + MIDDLE + metrics + TRAILING
 
 
-def flatten(prefix: str, values: dict[str, Any]) -> dict[str, Any]:
-    out = {}
+def flatten(values: Mapping[str, Any], prefix: str = "", *, nested: bool = False, as_text: bool = False) -> dict[str, Any]:
+    """`prefix + key` → value, for the two stores that hold no nesting; one function, so the
+    results table and MLflow cannot drift apart on what a parameter is called.
+
+    The results table (the defaults) gets one scalar column per parameter: scalars keep their
+    type, so a column has its parameter's type, and a list, tuple or dict becomes one string
+    (Python's `str`, as results.parquet has always written it). MLflow (`nested=True,
+    as_text=True`) takes strings only: a non-empty dict opens into `key.sub` keys, a container
+    left (list, tuple, empty dict) is JSON, so a method given with no parameters
+    (`{"finetune": {}}` → `{"finetune": "{}"}`) is not lost, and any other value is `str`."""
+    out: dict[str, Any] = {}
     for k, v in values.items():
-        if isinstance(v, (list, tuple, dict)):
-            v = str(v)  # one scalar column per parameter, whatever its type
-        out[f"{prefix}.{k}"] = v
+        key = f"{prefix}{k}"
+        if nested and isinstance(v, dict) and v:
+            out.update(flatten(v, key + ".", nested=True, as_text=as_text))
+        elif isinstance(v, (list, tuple, dict)):
+            out[key] = json.dumps(v) if as_text else str(v)
+        else:
+            out[key] = str(v) if as_text else v
     return out
 
 
@@ -70,8 +84,8 @@ def trial_row(
         "train_seconds": outcome.get("train_seconds"), "steps": outcome.get("steps"),
         "student_path": outcome.get("student_path"), "mlflow_run_id": mlflow_run_id,
     }
-    row.update(flatten("params", params))
-    row.update(flatten("metrics", outcome.get("metrics", {})))
+    row.update(flatten(params, "params."))
+    row.update(flatten(outcome.get("metrics", {}), "metrics."))
     return row
 
 

@@ -119,10 +119,11 @@ def _champion(spec: SweepSpec, workdir: Path) -> str | None:
     try:
         from mlflow import MlflowClient
 
+        from pipeline.select.champion import CHAMPION
         from pipeline.tracking import tracking_uri
 
         client = MlflowClient(tracking_uri(spec, workdir))
-        version = client.get_model_version_by_alias(spec.registered_model_name, "champion")
+        version = client.get_model_version_by_alias(spec.registered_model_name, CHAMPION)
         return f"{spec.registered_model_name} v{version.version}"
     except Exception:  # no registry entry yet (nothing selected) is not a failure of retrain
         return None

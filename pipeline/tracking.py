@@ -1,8 +1,9 @@
 """MLflow: one parent run per sweep, one nested run per trial, all owned by the driver process.
 
-Runs created inside trials stay RUNNING forever when a scheduler stops the trial (STACK-NOTES
-F7), so the sweep's driver owns every run through a Tune callback: it opens a trial's run when
-the trial starts, logs each evaluation as it arrives, and closes the run as FINISHED or FAILED.
+Runs created inside trials stay RUNNING forever when a scheduler stops the trial
+(docs/stack-facts.md, "Only runs owned by the driver process"), so the sweep's driver owns every
+run through a Tune callback: it opens a trial's run when the trial starts, logs each evaluation as
+it arrives, and closes the run as FINISHED or FAILED.
 One writer also means SQLite never sees concurrent writers. Runs are found by the tag
 `drydock.trial_id` (our stable trial key) before being created, so a resumed sweep continues the
 same runs instead of duplicating them.
@@ -10,10 +11,10 @@ same runs instead of duplicating them.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from mlflow.entities import Metric, Param, RunTag
 
 from pipeline.config import SweepSpec
 from pipeline.errors import DrydockError
+from pipeline.results import flatten
 
 logging.getLogger("mlflow").setLevel(logging.WARNING)  # no schema-migration chatter
 
@@ -53,17 +55,10 @@ def ensure_experiment(client: MlflowClient, name: str, workdir: Path) -> str:
         return client.get_experiment_by_name(name).experiment_id
 
 
-def flatten_params(params: dict[str, Any], prefix: str = "") -> dict[str, str]:
-    """`{"a": {"b": 1}}` → `{"a.b": "1"}`; an empty dict stays a value (`{"finetune": {}}` →
-    `{"finetune": "{}"}`), so a method given with no parameters is not lost."""
-    out: dict[str, str] = {}
-    for k, v in params.items():
-        key = f"{prefix}{k}"
-        if isinstance(v, dict) and v:
-            out.update(flatten_params(v, key + "."))
-        else:
-            out[key] = json.dumps(v) if isinstance(v, (list, tuple, dict)) else str(v)
-    return out
+def flatten_params(params: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
+    """MLflow's form of `pipeline.results.flatten` (`{"a": {"b": 1}}` → `{"a.b": "1"}`), named
+    because run parameters and the resume check compare in it."""
+    return flatten(params, prefix, nested=True, as_text=True)
 
 
 class SweepTracker:

@@ -39,12 +39,11 @@ TINY_TEXTS = [
 ]
 
 
-# The longest test files, longest first (seconds each under `make test`, measured 2026-12-01:
-# 309, 137, 86, 68, 53). pytest-xdist hands files to its workers in collection order — given
-# `--no-loadscope-reorder` (the Makefile passes it), else it sorts files by their number of tests
-# and this order is lost — so these start first and the short files fill in around them. Measured
-# with `pytest -n 2 --dist loadfile --durations=0 -v`: without the flag one worker was busy 444 s
-# and the other 327 s (suite 7 m 39 s); with it 428 s and 419 s (7 m 20 s).
+# The longest test files, longest first (`make test PYTEST_ARGS=--durations=0` lists them).
+# pytest-xdist hands files to its workers in collection order — given `--no-loadscope-reorder`
+# (the Makefile passes it), else it sorts files by their number of tests and this order is lost —
+# so these start first and the short files fill in around them, and the two workers end close
+# together (docs/stack-facts.md, "Test files in xdist").
 LONGEST_FIRST = [
     "integration/search/test_sweep.py", "integration/test_retrain.py", "integration/search/test_multinode.py",
     "integration/search/test_sweep_resume.py", "integration/training/test_distributed_loop.py",
@@ -82,10 +81,34 @@ def tiny_tokenizer():
     return train_wordpiece(TINY_TEXTS * 4, vocab_size=100)
 
 
+def tiny_bert_config(
+    vocab_size: int = 100,
+    num_layers: int = 4,
+    hidden_size: int = 32,
+    num_heads: int = 4,
+    intermediate_size: int = 64,
+    num_labels: int = 2,
+    max_position_embeddings: int = 128,
+):
+    """A 4-layer, 32-wide BERT: a step takes milliseconds on a CPU, and it keeps a real BERT's
+    dropout, so training paths (dropout on, eval mode off) behave as they do at full size."""
+    from transformers import BertConfig
+
+    return BertConfig(
+        vocab_size=vocab_size,
+        hidden_size=hidden_size,
+        num_hidden_layers=num_layers,
+        num_attention_heads=num_heads,
+        intermediate_size=intermediate_size,
+        max_position_embeddings=max_position_embeddings,
+        num_labels=num_labels,
+        hidden_dropout_prob=0.1,
+        attention_probs_dropout_prob=0.1,
+    )
+
+
 def make_tiny_bert(num_layers: int = 4, num_labels: int = 2, seed: int = 0, vocab_size: int = 100, **kw):
     from transformers import BertForSequenceClassification
-
-    from methods._bert import tiny_bert_config
 
     torch.manual_seed(seed)
     model = BertForSequenceClassification(

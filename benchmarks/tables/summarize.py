@@ -3,7 +3,7 @@
     python benchmarks/tables/summarize.py WORKDIR            # the 3-layer students (issues 4, 5)
     python benchmarks/tables/summarize.py WORKDIR --cofi     # CoFi's sweeps, table-cofi* (issue 6)
 
-Reads every `<WORKDIR>/table-*/results.parquet` (the results contract, ARCHITECTURE §5) and, for
+Reads every `<WORKDIR>/table-*/results.parquet` (the results contract, pipeline/results.py) and, for
 the learning curves, each trial's `eval/<metric>` history from the workdir's MLflow store.
 
 - mean ± std: over the seeds of one configuration (sample std, n − 1).

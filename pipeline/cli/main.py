@@ -70,8 +70,9 @@ def cmd_retrain(args: argparse.Namespace) -> int:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
+    from pipeline.cli.tables import summary_table
     from pipeline.config import load_spec
-    from pipeline.sweep import run_sweep, summary_table
+    from pipeline.sweep import run_sweep
 
     spec = load_spec(args.spec, args.overrides)
     frame = run_sweep(spec, args.workdir, resume=args.resume, address=args.address)

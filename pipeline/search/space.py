@@ -1,9 +1,9 @@
 """From the spec's search domains to the concrete list of trials.
 
 We draw the configurations ourselves instead of handing Tune the random domains, because a
-`seed` grid beside random domains makes Tune re-sample every random value per seed (measured:
-STACK-NOTES, "Trap for multi-seed statistics"): those rows would not be one configuration over
-several seeds and could not be averaged or paired. Here, per method: every grid combination ×
+`seed` grid beside random domains makes Tune re-sample every random value per seed
+(docs/search-on-ray.md): those rows would not be one configuration over several seeds and could
+not be averaged or paired. Here, per method: every grid combination ×
 `num_samples` seeded draws of the random domains = the configurations; each runs once per seed.
 Tune then grids over this fixed list, so one Tuner schedules every method together and a
 restored sweep sees exactly the same trials.

@@ -1,10 +1,10 @@
 """The Ray Train worker: one process of one trial (rank r of N).
 
-It receives plain data (the spec as a dict, the trial, paths), validates the spec again into
-the typed config (a worker never trusts an unvalidated dict), loads the tokenized data and the
-fine-tuned teacher from the work directory's cache (a trial never re-tokenizes or re-fine-tunes),
-runs the loop under DDP or DeepSpeed, reports every evaluation with a checkpoint, and rank 0
-exports the student into the trial's folder.
+It receives plain data (the validated spec's dump, the trial, paths) and validates the spec where
+it lands (a worker never trusts an unvalidated dict), loads the tokenized data and the fine-tuned
+teacher from the work directory's cache (a trial never re-tokenizes or re-fine-tunes), runs the
+loop under DDP or DeepSpeed, reports every evaluation with a checkpoint, and rank 0 exports the
+student into the trial's folder.
 """
 
 from __future__ import annotations
@@ -15,13 +15,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import ray
 import ray.train
 import torch
 
-from pipeline.config import spec_from_dict
+from pipeline.config import ResourcesConfig, SweepSpec, spec_from_dict
+from pipeline.prepare.stage import prepare
 from pipeline.search.outcome import write_outcome
 from pipeline.search.space import TrialSpec
-from pipeline.training import engine, loop
+from pipeline.training import loop
+from pipeline.training.engine import Distributed
+from pipeline.training.teacher import TeacherDiverged, TeacherResult, finetune_teacher
+from pipeline.training.trial import run_trial
 
 
 class RayReporter:
@@ -47,45 +52,42 @@ class RayReporter:
         return path if (path / loop.CHECKPOINT_FILE).is_file() else None
 
 
-def _distributed(resources: dict[str, Any], preset: dict[str, Any] | None) -> engine.Distributed:
+def _landed(config: dict[str, Any]) -> tuple[SweepSpec, Distributed]:
+    """The spec, validated once here, and this process's place in the run."""
+    spec = spec_from_dict(config["spec"])
+    torch.set_num_threads(max(1, int(spec.resources.cpus_per_worker)))
+    return spec, _distributed(spec.resources, config.get("deepspeed_preset"))
+
+
+def _distributed(resources: ResourcesConfig, preset: dict[str, Any] | None) -> Distributed:
     context = ray.train.get_context()
     world, rank = context.get_world_size(), context.get_world_rank()
-    if resources["use_gpu"] and torch.cuda.is_available():
+    if resources.use_gpu and torch.cuda.is_available():
         device = ray.train.torch.get_device()
         torch.cuda.set_device(device)
     else:
         device = torch.device("cpu")
     # Distributed applies the one rule of when DDP is plain training (engine.effective_strategy)
-    return engine.Distributed(
-        strategy=resources["strategy"], world_size=world, rank=rank, device=device,
-        zero_stage=resources["deepspeed"]["zero_stage"], deepspeed_preset=preset,
-        node_id=ray.get_runtime_context().get_node_id(),
+    return Distributed(
+        strategy=resources.strategy, world_size=world, rank=rank, device=device,
+        zero_stage=resources.deepspeed.zero_stage, deepspeed_preset=preset,
+        node_id=ray.get_runtime_context().get_node_id(),  # which machine, for cluster debugging
     )
 
 
 def train_worker(config: dict[str, Any]) -> None:
-    """Ray Train's `train_loop_per_worker`."""
-    from pipeline.prepare.stage import Prepared, prepare
-    from pipeline.training.teacher import TeacherResult
-    from pipeline.training.trial import run_trial
-
+    """Ray Train's `train_loop_per_worker` for a trial."""
     trial = TrialSpec.from_dict(config["trial"])
     workdir, output_dir = Path(config["workdir"]), Path(config["output_dir"])
     rank = ray.train.get_context().get_world_rank()
     try:
-        spec = spec_from_dict(config["spec"])
-        if config.get("threads"):
-            torch.set_num_threads(int(config["threads"]))
-        dist = _distributed(spec.resources.model_dump(), config.get("deepspeed_preset"))
-        teacher = None
-        if config.get("teacher"):
-            t = config["teacher"]
-            teacher = TeacherResult(Path(t["path"]), t["metrics"], True, t["key"])
-        prepared: Prepared = prepare(spec, workdir)
+        spec, dist = _landed(config)
+        t = config["teacher"]
+        teacher = TeacherResult(Path(t["path"]), t["metrics"], True, t["key"])
         outcome = run_trial(
             spec, trial.method, trial.params, trial.seed, workdir, output_dir,
-            prepared=prepared, teacher=teacher, dist=dist, reporter=RayReporter(), log=lambda _: None,
-        )
+            prepared=prepare(spec, workdir), teacher=teacher, dist=dist, reporter=RayReporter(), log=lambda _: None,
+        )  # the export is verified by the sweep's recorder, in one long-lived fresh process
     except loop.TrainingDiverged as e:
         # Not retryable (it would diverge again): record it and end the trial normally.
         if rank == 0:
@@ -105,13 +107,8 @@ def teacher_worker(config: dict[str, Any]) -> None:
     evaluation is reported with a checkpoint, so the driver can show progress and a retry resumes.
     A failure propagates, so Train retries it and the driver stops the sweep with the reason; a
     divergence is not retried (it would diverge again): rank 0 writes it to `outcome_dir`."""
-    from pipeline.prepare.stage import prepare
-    from pipeline.training.teacher import TeacherDiverged, finetune_teacher
-
-    spec = spec_from_dict(config["spec"])
+    spec, dist = _landed(config)
     workdir = Path(config["workdir"])
-    torch.set_num_threads(int(config["threads"]))
-    dist = _distributed(spec.resources.model_dump(), config.get("deepspeed_preset"))
     try:
         finetune_teacher(spec, prepare(spec, workdir), workdir, dist, RayReporter())
     except TeacherDiverged as e:

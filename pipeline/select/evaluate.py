@@ -98,7 +98,7 @@ def labelled_split(spec: SweepSpec, split: str):
 
 def _test_split(spec: SweepSpec):
     """Only a files source can have a labelled test split (task.files.test)."""
-    from pipeline.prepare.data import _read_file, _split_from_table, task_spec
+    from pipeline.prepare.data import load_test_split
 
     cfg = spec.task
     source = cfg.resolved_source()
@@ -109,12 +109,7 @@ def _test_split(spec: SweepSpec):
         )
     if source != "files" or cfg.files is None or not cfg.files.test:
         raise DrydockError(f"--split test: task {cfg.name} has no test split (set task.files.test to a labelled file)")
-    task = task_spec(cfg)
-    path = Path(cfg.files.test)
-    table = _read_file(path, cfg.files.format, [*task.text_columns, cfg.label_column])
-    if cfg.label_column not in table.columns:
-        raise DrydockError(f"{path}: the test split has no labels (no column {cfg.label_column!r}, task.label_column); it cannot be scored")
-    return _split_from_table(table, task.text_columns, cfg.label_column, task, "test")
+    return load_test_split(cfg)
 
 
 def model_inputs(rows) -> list[Any]:

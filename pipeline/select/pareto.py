@@ -23,12 +23,8 @@ single trial:
   removes that shared noise): mean difference and a percentile bootstrap 95% interval. With the
   handful of seeds a sweep affords, the interval is rough; it is there to stop a 0.2-point
   "win" from being read as one.
-- `choose_champion` — the best mean metric among the Pareto configurations (only they are
-  registered, so only they can carry the alias) within the latency budget
-  (`selection.max_latency_ms`, `selection.min_speedup`); ties go to the faster configuration.
-  The budget is checked on the latency and speedup of the export the registry would get (the
-  best seed's), not on the seed mean: CoFi's seeds prune to different sizes, and a mean within
-  the budget can hide a registered model over it. The front keeps the means.
+- the champion is chosen on the front by `pipeline.select.champion`, the one place that reads the
+  latency budget; the front itself keeps the seed means.
 """
 
 from __future__ import annotations
@@ -45,6 +41,7 @@ from scipy import stats
 
 from pipeline.config import SelectionConfig
 from pipeline.results import flatten
+from pipeline.select.champion import choose_champion
 
 PARAM_PREFIX = "params."
 
@@ -52,10 +49,6 @@ PARAM_PREFIX = "params."
 # ----------------------------------------------------------------------------------------------
 # configurations
 # ----------------------------------------------------------------------------------------------
-
-
-def param_columns(frame: pd.DataFrame) -> list[str]:
-    return sorted(c for c in frame.columns if c.startswith(PARAM_PREFIX))
 
 
 def _plain(value: Any) -> Any:
@@ -100,7 +93,7 @@ def method_defaults(method: str) -> dict[str, Any] | None:
         fields = get_method(method).Params.model_fields
     except (KeyError, ImportError, TypeError):
         return None
-    defaults = flatten(PARAM_PREFIX.rstrip("."), {k: f.get_default(call_default_factory=True) for k, f in fields.items()})
+    defaults = flatten({k: f.get_default(call_default_factory=True) for k, f in fields.items()}, PARAM_PREFIX)
     return {column[len(PARAM_PREFIX):]: _plain(v) for column, v in defaults.items()}
 
 
@@ -189,7 +182,7 @@ def _mean(group: pd.DataFrame, column: str) -> float:
 
 
 # ----------------------------------------------------------------------------------------------
-# the Pareto front and the champion
+# the Pareto front
 # ----------------------------------------------------------------------------------------------
 
 
@@ -214,28 +207,6 @@ def objectives(selection: SelectionConfig) -> list[tuple[str, bool]]:
     if selection.size_objective:
         out.append(("num_params", False))
     return out
-
-
-def within_budget(configs: pd.DataFrame, selection: SelectionConfig) -> pd.Series:
-    """On the figures of each configuration's best seed, the export that gets registered."""
-    latency, speedup = configs["best_latency_ms"].astype("float64"), configs["best_speedup"].astype("float64")
-    ok = latency.notna()
-    if selection.max_latency_ms is not None:
-        ok &= latency <= selection.max_latency_ms
-    if selection.min_speedup is not None:
-        ok &= speedup.notna() & (speedup >= selection.min_speedup)
-    return ok
-
-
-def choose_champion(configs: pd.DataFrame, selection: SelectionConfig) -> pd.Series | None:
-    """The best mean metric whose registered export is within the budget, ties to the faster
-    (mean latency); None if nothing qualifies."""
-    if not len(configs):
-        return None
-    eligible = configs[within_budget(configs, selection)]
-    if not len(eligible):
-        return None
-    return eligible.sort_values(["metric_mean", "latency_ms"], ascending=[False, True], kind="stable").iloc[0]
 
 
 @dataclass

@@ -5,23 +5,20 @@ a DataFrame of `label`/`score`, with only mlflow and transformers (and torch) in
 student is logged as a transformers text-classification *pipeline*
 (`mlflow.transformers.log_model`), not as a torch module: MLflow 3's PyTorch flavor defaults to
 torch.export, which fails on a Hugging Face model's output and freezes the sequence length unless
-a tensor signature is declared (STACK-NOTES F8), and a tensor signature would make consumers
-tokenize themselves. The pipeline is saved with `truncation` and the task's `max_length`, so a
-long text is cut the way training cut it instead of overflowing the position table.
+a tensor signature is declared, and a tensor signature would make consumers tokenize themselves
+(docs/stack-facts.md, "MLflow's PyTorch flavor"). The pipeline is saved with `truncation` and the
+task's `max_length`, so a long text is cut the way training cut it instead of overflowing the
+position table.
 
 A custom architecture (CoFi's pruned BERT, whose module ships in the folder via `auto_map`)
 goes through the transformers flavor too: MLflow finds the model class through `auto_map` and
 loads it with `trust_remote_code`. Should that flavor refuse a student, `flavor="auto"` falls
-back to `pipeline/student_pyfunc.py`, a self-contained MLflow "model from code" that wraps the
-saved folder as an artifact and does tokenizer → model → softmax itself (same output columns).
+back to `pipeline/select/student_pyfunc.py`, a self-contained MLflow "model from code" that wraps
+the saved folder as an artifact and does tokenizer → model → softmax itself (same output columns).
 
-The alias moves only forward: a new champion must beat the current champion's metric as
-recorded in that version's tags (same metric name), so re-running a sweep that came out worse
-never silently replaces a better model. The one exception is the budget: a champion whose
-recorded `latency_ms` / `speedup` is outside the *current* sweep's `selection` budget gives way
-to this sweep's champion (which is within it) whatever the metrics; if this sweep has no
-champion, the alias stays and the decision says the champion is outside the budget. A champion
-without a recorded latency is not judged on it. `drydock promote` moves the alias by hand.
+When the `champion` alias moves is the policy of `pipeline.select.champion` (pure functions of
+the versions' tags); this module reads the tags, asks it, and moves the alias. `drydock
+promote` moves the alias by hand.
 """
 
 from __future__ import annotations
@@ -43,8 +40,8 @@ from mlflow.exceptions import MlflowException
 
 from pipeline.config import SelectionConfig
 from pipeline.errors import DrydockError
+from pipeline.select.champion import CHAMPION, ChampionDecision, decide, decide_without_candidate, tag_number
 
-CHAMPION = "champion"
 PYFUNC_MODULE = Path(__file__).with_name("student_pyfunc.py")
 Flavor = Literal["auto", "transformers", "pyfunc"]
 SINGLE_EXAMPLE = ["a short example sentence to classify"]
@@ -217,65 +214,13 @@ def champion_version(client: MlflowClient, name: str) -> ModelVersion | None:
         return None
 
 
-def _number(text: str | None) -> float:
-    try:
-        return float(text) if text is not None else math.nan
-    except ValueError:
-        return math.nan
-
-
-def outside_budget(tags: dict[str, str], budget: SelectionConfig | None) -> str | None:
-    """How a version's recorded latency / speedup breaks `budget`; None when it does not, or
-    when the figure is not recorded (nothing to judge)."""
-    if budget is None:
-        return None
-    latency, speedup = _number(tags.get("latency_ms")), _number(tags.get("speedup"))
-    broken = []
-    if budget.max_latency_ms is not None and latency > budget.max_latency_ms:
-        broken.append(f"latency {latency:.2f} ms > {budget.max_latency_ms:g} ms")
-    if budget.min_speedup is not None and speedup < budget.min_speedup:
-        broken.append(f"speedup {speedup:.2f}× < {budget.min_speedup:g}×")
-    return " and ".join(broken) or None
-
-
-def beats_champion(candidate_tags: dict[str, str], current_tags: dict[str, str] | None,
-                   budget: SelectionConfig | None = None) -> tuple[bool, str]:
-    """(move?, why): pure, on the tags the registry holds. The candidate is within `budget` (the
-    current sweep's) by construction; a champion outside it gives way whatever the metrics."""
-    if current_tags is None:
-        return True, "no champion yet"
-    if candidate_tags.get("metric_name") != current_tags.get("metric_name"):
-        return False, (f"the champion is scored by {current_tags.get('metric_name')!r} and this candidate by "
-                       f"{candidate_tags.get('metric_name')!r}: not comparable, promote by hand if intended")
-    outside = outside_budget(current_tags, budget)
-    if outside is not None:
-        return True, f"the champion is outside this sweep's latency budget ({outside})"
-    new, old = _number(candidate_tags.get("metric")), _number(current_tags.get("metric"))
-    if math.isnan(old):
-        return True, "the champion has no recorded metric"
-    if new > old:
-        return True, f"{candidate_tags.get('metric_name')} {new:.4f} beats the champion's {old:.4f}"
-    return False, f"{candidate_tags.get('metric_name')} {new:.4f} does not beat the champion's {old:.4f}"
-
-
-@dataclass
-class ChampionDecision:
-    moved: bool
-    version: str | None  # the champion after the decision
-    previous: str | None
-    reason: str
-
-
 def update_champion(client: MlflowClient, name: str, version: ModelVersion, budget: SelectionConfig | None = None) -> ChampionDecision:
     current = champion_version(client, name)
-    previous = str(current.version) if current is not None else None
-    if previous == str(version.version):
-        return ChampionDecision(False, previous, previous, "already the champion")
-    move, reason = beats_champion(version.tags, current.tags if current is not None else None, budget)
-    if move:
+    decision = decide(str(version.version), version.tags, str(current.version) if current is not None else None,
+                      current.tags if current is not None else None, budget)
+    if decision.moved:
         client.set_registered_model_alias(name, CHAMPION, str(version.version))
-        return ChampionDecision(True, str(version.version), previous, reason)
-    return ChampionDecision(False, previous, previous, reason)
+    return decision
 
 
 def promote(client: MlflowClient, name: str, version: str) -> str | None:
@@ -320,8 +265,8 @@ def registry_table_text(client: MlflowClient, name: str) -> str:
         table.add_column(column, justify="right" if column in ("version", "latency ms", "speedup", "params") else "left")
     for v in versions(client, name):
         t = v.tags
-        metric = (f"{t.get('metric_name', '?')} {_number(t.get('metric')):.4f}"
-                  + (f" ± {_number(t.get('metric_std')):.4f}" if not math.isnan(_number(t.get("metric_std"))) else "")
+        metric = (f"{t.get('metric_name', '?')} {tag_number(t.get('metric')):.4f}"
+                  + (f" ± {tag_number(t.get('metric_std')):.4f}" if not math.isnan(tag_number(t.get("metric_std"))) else "")
                   + f" (n={t.get('metric_n', '?')})") if "metric" in t else "–"
         table.add_row(str(v.version), ", ".join(aliases.get(str(v.version), [])), t.get("config", "–"), metric,
                       _fixed(t.get("latency_ms"), 2), _fixed(t.get("speedup"), 2, "×"), _params(t.get("num_params")),
@@ -342,12 +287,12 @@ def _measured_on(tags: dict[str, str]) -> str:
 def _params(text: str | None) -> str:
     from pipeline.select.report import fmt_params
 
-    value = _number(text)
+    value = tag_number(text)
     return "–" if math.isnan(value) else fmt_params(value)
 
 
 def _fixed(text: str | None, digits: int, suffix: str = "") -> str:
-    value = _number(text)
+    value = tag_number(text)
     return "–" if math.isnan(value) else f"{value:.{digits}f}{suffix}"
 
 
@@ -469,13 +414,9 @@ def register_front(
             verb = "moved to" if outcome.decision.moved else "stays on"
             log(f"registry: {CHAMPION} {verb} v{outcome.decision.version} ({outcome.decision.reason})")
         if champion is None and (current := champion_version(client, name)) is not None:
-            outside = outside_budget(current.tags, budget)
-            if outside is not None:
-                v = str(current.version)
-                reason = (f"the champion is outside this sweep's latency budget ({outside}), but no configuration of "
-                          "this sweep meets it either")
-                outcome.decision = ChampionDecision(False, v, v, reason)
-                log(f"registry: {CHAMPION} stays on v{v} ({reason})")
+            outcome.decision = decide_without_candidate(str(current.version), current.tags, budget)
+            if outcome.decision is not None:
+                log(f"registry: {CHAMPION} stays on v{outcome.decision.version} ({outcome.decision.reason})")
     return outcome
 
 

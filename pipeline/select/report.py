@@ -25,6 +25,7 @@ import pandas as pd
 from pipeline import results as results_table
 from pipeline.config import SelectionConfig, SweepSpec, spec_from_dict
 from pipeline.errors import DrydockError
+from pipeline.select.champion import champion_rule
 from pipeline.select.latency import LatencyRecord, Measurement, load_record
 from pipeline.select.pareto import Selection, config_key, row_params, select
 
@@ -32,7 +33,7 @@ REPORT_MD = "report.md"
 REPORT_HTML = "report.html"
 PARETO_PNG = "pareto.png"
 PARETO_CSV = "pareto.csv"
-STATE_FILE = "state.json"  # written by pipeline.sweep (not imported: it pulls in Ray)
+STATE_FILE = "state.json"  # written by pipeline.search.state (select may not import search)
 DASH = "–"
 
 
@@ -202,14 +203,7 @@ def latency_line(ctx: ReportContext) -> str:
 
 
 def champion_line(chosen: Selection, ctx: ReportContext) -> str:
-    s = ctx.selection
-    budget = []
-    if s.max_latency_ms is not None:
-        budget.append(f"latency ≤ {s.max_latency_ms:g} ms")
-    if s.min_speedup is not None:
-        budget.append(f"speedup ≥ {s.min_speedup:g}×")
-    rule = (f"best mean metric on the front whose registered seed is within {' and '.join(budget)}" if budget
-            else "best mean metric on the front (no latency budget)")
+    rule = champion_rule(ctx.selection)
     if chosen.champion is None:
         return f"**Champion** ({rule}): none — no Pareto configuration qualifies."
     c = chosen.champion

@@ -1,7 +1,7 @@
 """The measure-and-select stage: latency → Pareto selection → report → registry.
 
 It runs after the search, on the sweep's current results.parquet, in the sweep's driver process
-(which owns every MLflow run, ARCHITECTURE §5). The order matters:
+(which owns every MLflow run: `pipeline.tracking`). The order matters:
 
 1. measure — the teacher and every finished trial's exported student, one whole node at a time
    (`pipeline.select.latency`), so every latency and speedup comes from the same kind of machine;
@@ -12,7 +12,8 @@ It runs after the search, on the sweep's current results.parquet, in the sweep's
    sweep's parent run with latency.json and the updated results table;
 4. registry — each Pareto configuration's best seed becomes a model version, and the champion
    alias moves only if the new champion beats the current one, or the current one is outside
-   this sweep's latency budget (`pipeline.select.registry`).
+   this sweep's latency budget (the policy: `pipeline.select.champion`; the MLflow side:
+   `pipeline.select.registry`).
 
 The files come before the registry so that a registry outage still leaves a complete,
 inspectable sweep folder.

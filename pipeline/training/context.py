@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from transformers import PreTrainedModel
 
 from methods.base import MethodContext, StudentDefaults
@@ -16,10 +14,7 @@ def method_context(
     spec: SweepSpec,
     prepared: Prepared,
     teacher: PreTrainedModel | None,
-    seed: int,
     learning_rate: float | None = None,
-    cache_dir: Path | None = None,
-    cache_scope: str = "",
 ) -> MethodContext:
     s = spec.student
     return MethodContext(
@@ -36,7 +31,4 @@ def method_context(
         learning_rate=learning_rate or spec.train.learning_rate,
         weight_decay=spec.train.weight_decay,
         warmup_ratio=spec.train.warmup_ratio,
-        seed=seed,
-        cache_dir=cache_dir,
-        cache_scope=cache_scope,
     )

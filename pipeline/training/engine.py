@@ -2,7 +2,7 @@
 learning-rate schedule, the wrapped module, bf16 autocast, gradient accumulation and clipping,
 the divergence check every rank agrees on, and the engine's part of a checkpoint.
 
-Methods never see any of this (ARCHITECTURE §3): the loop builds one `Engine` per phase from
+Methods never see any of this (`methods/base.py`): the loop builds one `Engine` per phase from
 the phase's parameter groups and calls `micro_step` / `optimizer_step`.
 """
 
@@ -18,7 +18,7 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
-from methods.base import Method, ParamGroup, Phase, Progress, group_owner
+from methods.base import LOGGED_ONLY_PREFIX, Method, ParamGroup, Phase, Progress, check_loss_terms, group_owner
 from pipeline.config import TrainConfig
 
 
@@ -112,15 +112,16 @@ class TrainStep(nn.Module):
         self._method = [method]  # a list, so nn.Module does not register it
 
     def forward(self, batch: dict[str, torch.Tensor], progress: Progress) -> dict[str, torch.Tensor]:
-        return self._method[0].loss(batch, progress)
+        method = self._method[0]
+        return check_loss_terms(method.loss(batch, progress), method.name)
 
 
 def skip_cpu_shm_build() -> None:
     """Keep DeepSpeed on the CPU from compiling its shared-memory all-reduce.
 
     DeepSpeed's communication backend JIT-compiles that C++ op when it starts on the CPU
-    accelerator: 32 s measured here the first time in each environment, and a C++ compiler
-    needed for it. Only `inference_all_reduce` uses it; training's collectives all go
+    accelerator: tens of seconds the first time in each environment, and a C++ compiler needed
+    for it (docs/stack-facts.md). Only `inference_all_reduce` uses it; training's collectives all go
     through torch.distributed (gloo here). Marked incompatible, the op is not built and nothing
     else changes. Where a later DeepSpeed renames the op, this does nothing.
     """
@@ -163,7 +164,7 @@ class Engine:
     def micro_step(self, batch: dict[str, torch.Tensor], progress: Progress, scale: float) -> dict[str, torch.Tensor]:
         with self.autocast():
             terms = self.module(batch, progress)
-        loss = sum(v for k, v in terms.items() if not k.startswith("_"))
+        loss = sum(v for k, v in terms.items() if not k.startswith(LOGGED_ONLY_PREFIX))
         if self.deepspeed is not None:
             self.deepspeed.backward(loss)  # DeepSpeed scales by its accumulation steps itself
         else:

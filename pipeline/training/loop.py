@@ -33,6 +33,7 @@ from pipeline.config import TrainConfig
 from pipeline.training.batches import BatchStream, steps_per_epoch, total_steps
 from pipeline.training.engine import Distributed, Engine, check_groups, diverged_ranks
 from pipeline.training.evaluation import evaluate
+from pipeline.training.shared import SharedWorkCache
 
 CHECKPOINT_FILE = "trainer_state.pt"
 
@@ -177,19 +178,27 @@ def run(
     unlabeled_set=None,
     pad_id: int = 0,
     log_every: int = 50,
+    shared_root: Path | None = None,
+    shared_scope: str = "",
 ) -> LoopResult:
-    """Train `method` and leave it holding its best selectable state (ready for export)."""
+    """Train `method` and leave it holding its best selectable state (ready for export).
+    `shared_root` and `shared_scope`: where work shared across trials is cached, and what those
+    trials have in common (pipeline/training/shared.py); without a root nothing is shared."""
     dist = dist or Distributed()
     training = TrainingRun(method, train=train, dev=dev, task=task, dist=dist, reporter=reporter or LocalReporter(),
                            pad_id=pad_id, log_every=log_every)
     seed_everything(seed, dist.rank)
-    plan = training.build(train_set, unlabeled_set, seed)
-    training.resume(plan)
-    started = time.perf_counter()
-    with training.progress_bar():
-        for phase_index in range(training.state.phase_index, len(plan)):
-            training.train_phase(plan, phase_index)
-    return training.finish(time.perf_counter() - started)
+    try:
+        plan = training.build(train_set, unlabeled_set, seed, shared_root, shared_scope)
+        training.resume(plan)
+        started = time.perf_counter()
+        with training.progress_bar():
+            for phase_index in range(training.state.phase_index, len(plan)):
+                training.train_phase(plan, phase_index)
+        return training.finish(time.perf_counter() - started)
+    finally:
+        if training.shared is not None:
+            training.shared.close()
 
 
 class TrainingRun:
@@ -205,10 +214,11 @@ class TrainingRun:
         self.streams: dict[str, BatchStream] = {}
         self.resuming: Resume | None = None
         self.bar = None
+        self.shared: SharedWorkCache | None = None
         self.primary_key = f"eval/{task.primary_metric}"
 
     # -- build --------------------------------------------------------------------------------
-    def build(self, train_set, unlabeled_set, seed: int) -> list[Phase]:
+    def build(self, train_set, unlabeled_set, seed: int, shared_root: Path | None, shared_scope: str) -> list[Phase]:
         """The context fields the contract says the loop fills, then build() and the plan."""
         method, train, dist = self.method, self.train, self.dist
         method.ctx.steps_per_epoch = steps_per_epoch(len(train_set), train.batch_size)
@@ -219,6 +229,8 @@ class TrainingRun:
             method.ctx.teacher.to(dist.device).eval()
         method.build()
         method.model.to(dist.device)
+        # before phases(): a method that loads another trial's work plans its producing phases with 0 steps
+        self.shared = SharedWorkCache.open(method, shared_root, shared_scope, dist)
         plan = method.phases(total_steps(train, len(train_set)))
         self.streams["train"] = BatchStream(train_set, self.micro_batch, seed, dist, self.pad_id)
         if unlabeled_set is not None:
@@ -248,6 +260,7 @@ class TrainingRun:
             best_metrics=saved["best_metrics"], final_metrics=dict(saved["final_metrics"]), history=list(saved["history"]),
         )
         for phase in plan[: self.state.phase_index]:
+            self.shared.before_phase(phase)
             self.method.start_phase(phase)
         for name, stream_state in saved["streams"].items():
             self.streams[name].restore(stream_state)
@@ -259,6 +272,7 @@ class TrainingRun:
     # -- one phase ----------------------------------------------------------------------------
     def train_phase(self, plan: list[Phase], phase_index: int) -> None:
         method, phase = self.method, plan[phase_index]
+        self.shared.before_phase(phase)  # publishes shared work once its producing phases are done
         method.start_phase(phase)
         if phase.steps == 0:  # e.g. MiniLM's distillation when another trial already did it
             return

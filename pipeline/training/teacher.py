@@ -117,7 +117,7 @@ def finetune_teacher(
     key = teacher_key(spec, prepared)
     final = workdir / "teachers" / key
     train = teacher_train_config(spec)
-    ctx = method_context(spec, prepared, None, TEACHER_SEED, learning_rate=train.learning_rate)
+    ctx = method_context(spec, prepared, None, learning_rate=train.learning_rate)
     pretrained = ctx.load_pretrained()
     depth = pretrained.config.num_hidden_layers
     ctx.load_pretrained = lambda: pretrained

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from methods import get_method
+from methods.base import MethodParams
 from pipeline.config import SweepSpec, default_params
 from pipeline.prepare.data import prepare_unlabeled
 from pipeline.prepare.stage import Prepared, prepare
@@ -33,12 +34,12 @@ class TrialOutcome:
     student_path: Path | None
 
 
-def resolve_params(spec: SweepSpec, method_name: str, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+def resolve_params(spec: SweepSpec, method_name: str, overrides: dict[str, Any] | None = None) -> MethodParams:
     """The spec's fixed values, then concrete overrides (a sampled search point); a parameter
     still given as a search domain falls back to the method's default."""
     params = default_params(spec.methods.get(method_name) or {})
     params.update(overrides or {})
-    return get_method(method_name).Params.model_validate(params).model_dump()
+    return get_method(method_name).Params.model_validate(params)
 
 
 class _Laps:
@@ -57,7 +58,7 @@ class _Laps:
 def run_trial(
     spec: SweepSpec,
     method_name: str,
-    params: dict[str, Any],
+    params: MethodParams | dict[str, Any],
     seed: int,
     workdir: Path,
     output_dir: Path,
@@ -71,7 +72,8 @@ def run_trial(
     dist = dist or loop.Distributed()  # one process: rank 0 of 1
     lap = _Laps()
     method_cls = get_method(method_name)
-    typed = method_cls.Params.model_validate(params)
+    # validated once where it lands: a sweep's trial arrives as the plain dict its draw dumped
+    typed = params if isinstance(params, method_cls.Params) else method_cls.Params.model_validate(params)
     prepared = prepared or prepare(spec, workdir)
     lap("prepare")
     teacher_model = None
@@ -79,10 +81,7 @@ def run_trial(
         teacher = teacher or ensure_teacher(spec, prepared, workdir, log=log)
         teacher_model = teacher.load()
     lap("teacher")
-    ctx = method_context(
-        spec, prepared, teacher_model, seed, learning_rate=getattr(typed, "learning_rate", None),
-        cache_dir=workdir / "cache" / "methods", cache_scope=teacher.key if teacher else prepared.data.fingerprint,
-    )
+    ctx = method_context(spec, prepared, teacher_model, learning_rate=method_cls.learning_rate_override(typed))
     method = method_cls(typed, ctx)
     request = method.unlabeled()
     unlabeled = None
@@ -91,6 +90,7 @@ def run_trial(
     result = loop.run(
         method, train_set=prepared.data.train, dev=prepared.data.dev, task=prepared.data.task,
         train=spec.train, seed=seed, dist=dist, reporter=reporter, unlabeled_set=unlabeled, pad_id=prepared.pad_id,
+        shared_root=workdir / "cache" / "methods", shared_scope=teacher.key if teacher else prepared.data.fingerprint,
     )
     lap("train")
     metrics = trial_metrics(spec, method_name, typed.model_dump(mode="json"), seed, prepared, teacher, result, dist)

@@ -2,6 +2,8 @@
 
 `SETTINGS` names each method's tiny-model parameters; a registered method without an entry
 fails `test_every_method_has_settings`, so no method goes untested unnoticed (composer's habit).
+A new built-in method is its file in methods/, its line in the registry (`methods/__init__.py`;
+tests/unit/methods/test_registry.py fails for a method file not registered) and its entry here.
 """
 
 from __future__ import annotations
@@ -14,11 +16,11 @@ import pytest
 import torch
 
 from methods import get_method, registered_methods
-from methods._bert import count_parameters
-from methods.base import MethodContext, Progress, StudentDefaults, TaskInfo, logits_of
+from methods.base import MethodContext, Progress, StudentDefaults, TaskInfo, check_loss_terms, group_owner, logits_of
 from pipeline.config import TrainConfig
 from pipeline.training import loop
 from pipeline.training.engine import Distributed, Engine, check_groups
+from pipeline.training.export import count_parameters
 from tests.conftest import make_batch, make_tiny_bert
 
 # method -> parameters for a 4-layer, hidden-32 teacher (keep each method's steps cheap)
@@ -96,13 +98,16 @@ def test_each_phase_step_trains_its_groups_only(name):
     for index, phase in enumerate(plan):
         method.start_phase(phase)
         groups = method.param_groups(phase)
+        assert all(group_owner(g.name) in phase.trainable for g in groups), [g.name for g in groups]
         check_groups(groups, phase, method.model)
         trained = {id(p) for g in groups for p in g.params}
         before = {n: p.detach().clone() for n, p in method.model.named_parameters()}
         engine = Engine(method, groups, phase, train, Distributed(), micro_batch=8)
         progress = Progress(index, len(plan), phase.name, 0, max(1, phase.steps))
         method.on_step(progress)
+        assert all(torch.equal(p, before[n]) for n, p in method.model.named_parameters()), "on_step changed a parameter"
         step_batch = {k: v for k, v in batch.items() if phase.data == "train" or k != "labels"}
+        check_loss_terms(method.loss(step_batch, progress), name)  # no reserved name
         terms = engine.micro_step(step_batch, progress, 1.0)
         assert all(torch.isfinite(v) for v in terms.values()), terms
         engine.optimizer_step()
@@ -111,6 +116,7 @@ def test_each_phase_step_trains_its_groups_only(name):
         for n, p in method.model.named_parameters():
             if id(p) not in trained:
                 assert torch.equal(p, before[n]), f"phase {phase.name}: frozen {n} changed"
+        method.after_optimizer_step(progress)  # may change any parameter (CoFi clamps its frozen masks too)
     for k, v in teacher.state_dict().items():
         assert torch.equal(v, teacher_before[k]), f"the teacher's {k} changed"
 

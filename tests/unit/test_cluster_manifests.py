@@ -40,11 +40,6 @@ SHARED_MOUNT = "/mnt/drydock"  # the ReadWriteMany work directory on every Ray n
 IMAGE_HOME = "/opt/drydock"  # where cluster/Dockerfile keeps the repository (DRYDOCK_HOME)
 RAY_IMAGE = re.compile(r"rayproject/ray:(\d+\.\d+\.\d+)-")
 
-# Subcommands other engineers are adding to pipeline.cli (issue 8, part 2). A manifest may
-# already call them; until build_parser() knows them, their command lines are skipped with
-# this reason instead of failing. Any other unknown subcommand fails.
-PENDING_SUBCOMMANDS = {"retrain": "`drydock retrain` is not a subcommand of pipeline.cli yet (issue 8, part 2)"}
-
 API_VERSIONS = {
     "Namespace": "v1", "ServiceAccount": "v1", "PersistentVolumeClaim": "v1", "ConfigMap": "v1",
     "Service": "v1", "Deployment": "apps/v1", "CronJob": "batch/v1",
@@ -205,11 +200,9 @@ def subcommands(parser: argparse.ArgumentParser) -> set[str]:
 
 
 def parse_drydock(args: list[str]) -> argparse.Namespace:
-    """Parse with the real CLI parser; a pending subcommand skips, any other error fails."""
+    """Parse with the real CLI parser; an unknown subcommand or a rejected argument fails."""
     parser = build_parser()
     if args and args[0] not in subcommands(parser):
-        if args[0] in PENDING_SUBCOMMANDS:
-            pytest.skip(PENDING_SUBCOMMANDS[args[0]])
         known = sorted(subcommands(parser))
         pytest.fail(f"drydock {shlex.join(args)}: unknown subcommand {args[0]!r} (known: {known})")
     try:
@@ -475,17 +468,20 @@ def test_render_fills_every_placeholder(path, tmp_path):
 
 
 @pytest.mark.parametrize("path", SPECS, ids=lambda p: p.name)
-def test_gpu_specs_validate_without_any_environment(path, monkeypatch):
-    for name in ("DRYDOCK_HOME", "DRYDOCK_STORAGE_PATH", "MLFLOW_TRACKING_URI", "GLUE_DIR"):
+def test_gpu_specs_validate_with_nothing_but_the_repository_home(path, monkeypatch):
+    for name in ("DRYDOCK_STORAGE_PATH", "MLFLOW_TRACKING_URI", "GLUE_DIR"):
         monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("DRYDOCK_HOME", str(ROOT))  # the image sets it; validation reads the preset there
     spec = load_spec(path)  # a hub teacher is a name here: validation downloads nothing
-    assert path.read_text().startswith("# drydock "), f"{path.name} must start with the command that runs it"
+    text = path.read_text()
+    assert text.startswith("# drydock "), f"{path.name} must start with the command that runs it"
     r = spec.resources
     assert r.use_gpu and r.workers_per_trial >= 2 and r.gpus_per_worker >= 1
     assert r.storage_path.startswith(("s3://", "gs://")), "checkpoints and Tune state go to the object store"
     assert spec.tracking.uri.startswith(("http://", "https://")), "the tracking server, not a sqlite file"
     if r.strategy == "deepspeed" and r.deepspeed.preset:
-        assert r.deepspeed.preset.startswith(IMAGE_HOME + "/"), "Train workers read the preset where the image keeps it"
+        default = re.search(r"preset: \$\{DRYDOCK_HOME:-([^}]*)\}/cluster/deepspeed/", text)
+        assert default and default.group(1) == IMAGE_HOME, "without DRYDOCK_HOME the driver reads the preset where the image keeps it"
 
 
 @pytest.mark.parametrize("path", SPECS, ids=lambda p: p.name)
@@ -497,7 +493,7 @@ def test_gpu_spec_presets_exist_and_agree_with_the_zero_stage(path, monkeypatch)
         pytest.skip("no DeepSpeed preset")
     preset = Path(ds.preset)
     assert preset.is_file() and preset.parent == CLUSTER / "deepspeed"
-    # the loop sets zero_optimization.stage from the spec: a mismatch would run another stage
+    # drydock refuses a preset whose ZeRO stage differs from the spec's, before any work starts
     assert json.loads(preset.read_text())["zero_optimization"]["stage"] == ds.zero_stage
 
 
@@ -505,7 +501,7 @@ def test_gpu_spec_presets_exist_and_agree_with_the_zero_stage(path, monkeypatch)
 # DeepSpeed presets
 # ----------------------------------------------------------------------------------------------
 
-# What pipeline.training.loop.deepspeed_config sets itself (a preset's value would be silently replaced),
+# What pipeline.training.engine.deepspeed_config sets itself (a preset's value would be silently replaced),
 # and what must not be in a preset: the loop passes its own optimizer and LR schedule (a config
 # optimizer or scheduler would be ignored), never scales an fp16 loss, and a client optimizer
 # with ZeRO-Offload raises unless DeepSpeed's CPU Adam is used.

@@ -27,7 +27,7 @@ def test_sweep_on_a_two_node_cluster_survives_losing_a_node(tmp_path):
 
     if ray.is_initialized():
         ray.shutdown()
-    # the dashboard gives Train the State API it needs to free a lost trial's workers (STACK-NOTES F1)
+    # the dashboard gives Train the State API it needs to free a lost trial's workers (docs/search-on-ray.md, "The State API must be up")
     # on a free port: another Ray instance on this machine (a second pytest worker) may hold 8265
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

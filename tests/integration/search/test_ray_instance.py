@@ -19,7 +19,7 @@ pytestmark = pytest.mark.ray
 
 SCRIPT = textwrap.dedent("""
     import ray
-    from pipeline.sweep import init_ray
+    from pipeline.search.ray_instance import init_ray
 
     init_ray(None, use_gpu=False)
 

@@ -16,6 +16,7 @@ from mlflow import MlflowClient
 
 from pipeline import results as results_table
 from pipeline.config import load_spec
+from pipeline.select.champion import CHAMPION
 
 ROOT = Path(__file__).resolve().parents[3]
 SMOKE = ROOT / "sweeps" / "smoke.yaml"
@@ -32,7 +33,7 @@ def workdir(tmp_path_factory):
 def ray_local():
     import ray
 
-    from pipeline.sweep import init_ray
+    from pipeline.search.ray_instance import init_ray
 
     init_ray(None, use_gpu=False)
     yield
@@ -83,7 +84,7 @@ def test_smoke_sweep_with_asha_records_every_trial_and_isolates_a_failure(ray_lo
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
     versions = client.search_model_versions("name='smoke-student'")
     assert len(versions) == len(set(finished.loc[finished["pareto"].astype(bool), "trial_id"]))
-    champion = client.get_model_version_by_alias("smoke-student", "champion")
+    champion = client.get_model_version_by_alias("smoke-student", CHAMPION)
     assert champion.version in {v.version for v in versions}
 
     parents, children = child_runs(tmp_path, "smoke")
@@ -136,18 +137,18 @@ def test_deepspeed_zero2_trial_and_teacher_with_two_workers_finish_on_cpu(ray_lo
     from pipeline.sweep import run_sweep
     from pipeline.training.teacher import teacher_key
 
-    spec = load_spec(SMOKE, [
-        "name=smoke-ds", "tracking.experiment=smoke-ds", "methods={kd: {alpha: 0.5}}", "search.scheduler=fifo",
-        "resources.strategy=deepspeed", "resources.workers_per_trial=2", "resources.deepspeed.zero_stage=2",
-        "resources.deepspeed.preset=cluster/deepspeed/zero2.json", "train.epochs=1",
-        "resources.teacher_placement=workers", "teacher.finetune.epochs=2",
-    ])
-    teacher_dir = workdir / "teachers" / teacher_key(spec, prepare(spec, workdir))
-    assert not teacher_dir.exists()
     messages: list[str] = []
     cwd = os.getcwd()
     os.chdir(ROOT)  # the preset path is relative to where drydock runs
     try:
+        spec = load_spec(SMOKE, [
+            "name=smoke-ds", "tracking.experiment=smoke-ds", "methods={kd: {alpha: 0.5}}", "search.scheduler=fifo",
+            "resources.strategy=deepspeed", "resources.workers_per_trial=2", "resources.deepspeed.zero_stage=2",
+            "resources.deepspeed.preset=cluster/deepspeed/zero2.json", "train.epochs=1",
+            "resources.teacher_placement=workers", "teacher.finetune.epochs=2",
+        ])
+        teacher_dir = workdir / "teachers" / teacher_key(spec, prepare(spec, workdir))
+        assert not teacher_dir.exists()
         frame = run_sweep(spec, workdir, log=messages.append)
     finally:
         os.chdir(cwd)
@@ -189,7 +190,8 @@ def test_a_trial_the_cluster_cannot_hold_fails_before_the_teacher_stage(ray_loca
     """The teacher stage needs a trial's resources too: asked for a GPU here, it would wait for
     workers instead of saying why."""
     from pipeline.errors import DrydockError
-    from pipeline.sweep import max_concurrent, run_sweep
+    from pipeline.search.ray_instance import max_concurrent
+    from pipeline.sweep import run_sweep
 
     spec = load_spec(SMOKE, ["name=smoke-gpu", "resources.use_gpu=true", "resources.teacher_placement=workers",
                              "teacher.finetune.epochs=3"])
@@ -237,7 +239,8 @@ def test_a_run_that_fails_before_training_leaves_the_previous_results_in_place(t
 def test_resume_refuses_a_spec_that_changed_but_not_other_resources(tmp_path):
     from pipeline.config import spec_to_dict
     from pipeline.errors import DrydockError
-    from pipeline.sweep import check_resumable, run_sweep
+    from pipeline.search.state import check_resumable
+    from pipeline.sweep import run_sweep
 
     started = load_spec(SMOKE, ["name=smoke-resume"])
     run_dir = tmp_path / "smoke-resume" / "runs" / "20260101-000000"
@@ -255,10 +258,16 @@ def test_resume_refuses_a_spec_that_changed_but_not_other_resources(tmp_path):
 
 
 def test_a_bad_deepspeed_preset_fails_before_any_work(workdir):
+    """`load_spec` refuses it (tests/unit/search/test_deepspeed_preset.py); a spec built without
+    it, from a dict, is refused by the sweep before anything is written."""
+    import yaml
+
+    from pipeline.config import spec_from_dict
     from pipeline.errors import DrydockError
     from pipeline.sweep import run_sweep
 
-    spec = load_spec(SMOKE, ["name=smoke-bad", "resources.strategy=deepspeed", "resources.deepspeed.preset=/nowhere/ds.json"])
+    spec = spec_from_dict(yaml.safe_load(SMOKE.read_text()),
+                          ["name=smoke-bad", "resources.strategy=deepspeed", "resources.deepspeed.preset=/nowhere/ds.json"])
     with pytest.raises(DrydockError, match="resources.deepspeed.preset: /nowhere/ds.json is not a file"):
         run_sweep(spec, workdir)
     assert not (workdir / "smoke-bad").exists()

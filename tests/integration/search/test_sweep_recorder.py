@@ -1,5 +1,6 @@
-"""The sweep callback records trials off Tune's loop, and a resumed sweep records what a killed
-driver never did (real MLflow on SQLite, real results table; Tune's results given as data)."""
+"""The recorder records trials off Tune's loop, and a resumed sweep records what a killed driver
+never did (real MLflow on SQLite, real results table; Tune's results given as data). Its hooks
+one by one: tests/unit/search/test_recorder.py."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ from mlflow.tracking import MlflowClient
 from pipeline import results as results_table
 from pipeline.config import spec_from_dict
 from pipeline.search.outcome import write_outcome
+from pipeline.search.recorder import SweepRecorder
 from pipeline.search.space import expand_trials
-from pipeline.sweep import SweepPaths, make_callback
+from pipeline.search.state import SweepPaths
 from pipeline.tracking import SweepTracker, tracking_uri
 
 
@@ -28,7 +30,7 @@ def _setup(tmp_path):
     paths = SweepPaths(workdir / "rec", "r1")
     paths.trials_dir.mkdir(parents=True)
     messages: list[str] = []
-    callback = make_callback(spec, paths, tracker, "accuracy", 0.9, messages.append)
+    callback = SweepRecorder(paths, tracker, "accuracy", 0.9, messages.append)
     return spec, workdir, tracker, paths, callback, messages
 
 
@@ -58,18 +60,22 @@ def test_reconcile_records_trials_a_killed_driver_left_unrecorded_once(tmp_path)
     assert sum(m.startswith(f"trial {done.key}: finished") for m in messages) == 1
 
 
-def test_a_recording_error_is_reported_and_the_next_trial_still_recorded(tmp_path):
+def test_a_recording_error_is_reported_and_the_next_trial_still_recorded(tmp_path, monkeypatch):
     spec, workdir, tracker, paths, callback, messages = _setup(tmp_path)
     first, second = expand_trials(spec)
     write_outcome(paths.trials_dir / second.key, {"status": "finished", "metric": 0.6, "metrics": {"accuracy": 0.6}})
+    real = tracker.trial_run
 
-    def boom(*args):
-        raise RuntimeError("tracking server unreachable")
+    def unreachable(trial_id, *args):
+        if trial_id == first.key:
+            raise RuntimeError("tracking server unreachable")
+        return real(trial_id, *args)
 
-    callback._record(f"trial {first.key}", boom)
+    monkeypatch.setattr(tracker, "trial_run", unreachable)
+    callback.on_trial_start(0, [], SimpleNamespace(config={"trial": first.to_dict()}, trial_id="a"))
     callback.reconcile([SimpleNamespace(config={"trial": second.to_dict()}, metrics={}, error=None)])
     callback.close()
-    assert any("recording trial" in m and "tracking server unreachable" in m for m in messages)
+    assert any(f"recording the start of trial {first.key}" in m and "tracking server unreachable" in m for m in messages)
     frame = results_table.read_results(paths.results)
     assert list(frame["trial_id"]) == [second.key] and list(frame["status"]) == ["finished"]
 

@@ -22,10 +22,9 @@ from pipeline import results as results_table
 from pipeline.cli.outputs import COMMANDS, add_commands
 from pipeline.config import SelectionConfig, spec_from_dict
 from pipeline.errors import DrydockError
+from pipeline.select.champion import CHAMPION
 from pipeline.select.pareto import select
 from pipeline.select.registry import (
-    CHAMPION,
-    beats_champion,
     client_for,
     log_student,
     promote,
@@ -185,18 +184,6 @@ def test_a_champion_outside_the_current_budget_gives_way(store, tmp_path, tiny_t
               "but no configuration of this sweep meets it either")
     assert third.decision.reason == reason and messages[-1] == f"registry: champion stays on v2 ({reason})"
     assert str(client.get_model_version_by_alias("students", CHAMPION).version) == "2"
-
-
-def test_beats_champion_checks_the_champion_against_the_current_budget():
-    champion = {"metric_name": "accuracy", "metric": "0.90", "latency_ms": "8.0", "speedup": "1.5"}
-    candidate = {"metric_name": "accuracy", "metric": "0.80", "latency_ms": "3.0", "speedup": "4.0"}
-    assert beats_champion(candidate, champion) == (False, "accuracy 0.8000 does not beat the champion's 0.9000")
-    assert beats_champion(candidate, champion, SelectionConfig(max_latency_ms=8.0))[0] is False  # on the limit: within
-    assert beats_champion(candidate, champion, SelectionConfig(min_speedup=2.0)) == (
-        True, "the champion is outside this sweep's latency budget (speedup 1.50× < 2×)")
-    assert beats_champion(candidate, {**champion, "metric_name": "f1"}, SelectionConfig(max_latency_ms=5.0))[0] is False
-    no_latency = {"metric_name": "accuracy", "metric": "0.90"}  # nothing recorded: not judged on it
-    assert beats_champion(candidate, no_latency, SelectionConfig(max_latency_ms=5.0))[0] is False
 
 
 def test_a_champion_without_a_registered_version_is_logged(store, tmp_path):

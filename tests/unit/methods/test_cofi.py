@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from methods._bert import count_parameters
+from methods._l0 import LOG_ALPHA_MAX, LOG_ALPHA_MIN
 from methods._pruned_bert import PrunedBertForSequenceClassification
 from methods.base import MethodContext, Progress, TaskInfo, logits_of
 from methods.cofi import (
@@ -20,6 +20,7 @@ from methods.cofi import (
 )
 from pipeline.config import TrainConfig
 from pipeline.training.engine import Distributed, Engine, check_groups
+from pipeline.training.export import count_parameters
 from tests.conftest import make_batch, make_tiny_bert
 
 INPUT_KEYS = ("input_ids", "attention_mask", "token_type_ids")
@@ -149,7 +150,9 @@ def test_param_groups_per_phase():
 
 def test_on_step_reports_the_ramped_target_and_the_multipliers():
     method = make_cofi(target_sparsity=0.6, sparsity_warmup_fraction=0.5)
-    method.start_phase(method.phases(20)[1])
+    warmup, prune, _ = method.phases(20)
+    method.after_optimizer_step(Progress(0, 40, warmup.name, 0, warmup.steps))  # a warm-up step clamps log α
+    method.start_phase(prune)
     values = [method.on_step(Progress(s, 40, "prune", s, 20))["target_sparsity"] for s in (0, 5, 10, 15)]
     assert values == pytest.approx([0.0, 0.3, 0.6, 0.6])
     report = method.on_step(Progress(10, 40, "prune", 10, 20))
@@ -249,9 +252,39 @@ def test_lagrangian_drives_a_tiny_models_sparsity_to_the_target():
         report = method.on_step(progress)
         engine.micro_step(batch, progress, 1.0)
         engine.optimizer_step()
+        method.after_optimizer_step(progress)
     assert report["target_sparsity"] == 0.5
     assert abs(report["expected_sparsity"] - 0.5) < 0.02
     assert report["lambda2"] > 0
+
+
+def test_log_alpha_is_clamped_after_the_optimizer_step_and_on_step_leaves_it_alone():
+    """The official trainer clamps log α after each optimizer step (constrain_parameters);
+    on_step runs before the forward and must not change parameters (methods/base.py)."""
+    torch.manual_seed(0)
+    method = make_cofi(distill_warmup_fraction=0.0, pruning_fraction=1.0, reg_learning_rate=20.0)
+    prune = method.phases(4)[1]
+    method.start_phase(prune)
+    groups = method.param_groups(prune)
+    train = TrainConfig(batch_size=4, learning_rate=1e-3, warmup_ratio=0.0, max_grad_norm=1.0)
+    engine = Engine(method, groups, prune, train, Distributed(), micro_batch=4)
+    masks = method.model.masks
+
+    def log_alphas() -> torch.Tensor:
+        return torch.cat([p.detach().flatten() for p in masks.parameters()]).clone()
+
+    low, high = torch.tensor(LOG_ALPHA_MIN), torch.tensor(LOG_ALPHA_MAX)
+    progress = Progress(0, 4, prune.name, 0, 4)
+    before = log_alphas()
+    method.on_step(progress)
+    assert torch.equal(log_alphas(), before) and before.max() > high  # the always-on masks start at 10
+    engine.micro_step(make_batch(batch_size=4, seq_len=8, seed=3), progress, 1.0)
+    engine.optimizer_step()  # at a learning rate of 20, Adam's first step moves each log α by ~20
+    stepped = log_alphas()
+    assert stepped.min() < low and stepped.max() > high
+    method.after_optimizer_step(progress)
+    assert torch.equal(log_alphas(), stepped.clamp(low, high))
+    assert log_alphas().min() == low and log_alphas().max() == high
 
 
 def test_resume_across_the_surgery_replays_into_the_same_model():

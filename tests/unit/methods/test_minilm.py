@@ -37,7 +37,7 @@ def make_minilm(params: dict, teacher=None, student: StudentDefaults | None = No
         p.requires_grad_(False)
     ctx = MethodContext(
         task=TaskInfo("t", 2, False), teacher=teacher, load_pretrained=make_tiny_bert, student=student or StudentDefaults(),
-        learning_rate=1e-4, **ctx_kw,
+        **{"learning_rate": 1e-4, **ctx_kw},
     )
     return MiniLM(params, ctx), teacher
 
@@ -312,61 +312,59 @@ def test_params_reject_what_cannot_be_run():
 # --------------------------------------------------------------------------------------------
 
 
-def _distil_and_finetune(cache_dir, seed: int, **params):
-    from pipeline.config import TrainConfig
-    from pipeline.training import loop
-    from tests.contract.test_method_contract import _Task, tiny_dataset
+def test_shared_work_keys_the_distillation_and_not_the_fine_tuning():
+    """pipeline/training/shared.py names the shared folder by this key (its tests run the loop)."""
+    def work(params: dict, **ctx_kw):
+        method, _ = make_minilm(params, student=StudentDefaults(num_layers=2), steps_per_epoch=4, unlabeled_steps_per_epoch=3,
+                                **ctx_kw)
+        return method.shared_work()
 
-    teacher = make_tiny_bert(num_layers=4, seed=1)
-    for p in teacher.parameters():
-        p.requires_grad_(False)
-    ctx = MethodContext(
-        task=TaskInfo("t", 2, False), teacher=teacher, load_pretrained=make_tiny_bert, student=StudentDefaults(num_layers=2),
-        learning_rate=1e-3, seed=seed, cache_dir=cache_dir, cache_scope="teacher-key",
-    )
-    method = MiniLM(MiniLMParams(**{"share_distillation": True, "distill_epochs": 1.0, **params}), ctx)
-    train = TrainConfig(max_steps=2, batch_size=8, learning_rate=1e-3, eval_every=2, warmup_ratio=0.0, progress_bar=False)
-    result = loop.run(method, train_set=tiny_dataset(), dev={"dev": tiny_dataset(16, seed=1)}, task=_Task(), train=train,
-                      seed=seed, unlabeled_set=tiny_dataset(24, seed=2))
-    return method, result
-
-
-def test_shared_distillation_runs_once_and_later_trials_fine_tune_from_it(tmp_path, monkeypatch):
-    first, result = _distil_and_finetune(tmp_path, seed=0)
-    assert first.distilled is None and result.steps == 3 + 2  # 24 texts / batch 8 = 3 distill steps, then 2 fine-tuning
-    (folder,) = list(tmp_path.glob("minilm-*"))
-    distilled = torch.load(folder / "student.pt", weights_only=True)
-
-    # another seed and another fine-tuning learning rate (the distillation rate, 1e-3, given
-    # explicitly now, is the same) reuse it: no distillation steps, and the student it fine-tunes
-    # starts from exactly the distilled weights
-    seen = {}
-    original = MiniLM.start_phase
-
-    def spy(self, phase):
-        if phase.name == "finetune":
-            seen["start"] = {k: v.clone() for k, v in self.model["student"].state_dict().items()}
-        original(self, phase)
-
-    monkeypatch.setattr(MiniLM, "start_phase", spy)
-    second, result = _distil_and_finetune(tmp_path, seed=1, learning_rate=3e-4, distill_learning_rate=1e-3)
-    assert second.distilled == folder / "student.pt" and result.steps == 2
-    assert [(p.name, p.steps) for p in second.phases(2)] == [("distill", 0), ("finetune", 2)]
-    assert all(torch.equal(seen["start"][k], v) for k, v in distilled.items())
-
-    # a different distillation setting is a different distilled student
-    third, result = _distil_and_finetune(tmp_path, seed=0, distill_epochs=2.0)
-    assert third.distilled is None and result.steps == 6 + 2
-    assert len(list(tmp_path.glob("minilm-*/student.pt"))) == 2
+    assert work({}) is None  # off by default
+    base = work({"share_distillation": True})
+    assert base.produced_by == ("distill",)
+    assert work({"share_distillation": True, "hidden_size": 16, "teacher_assistant": True}).produced_by == (
+        "assistant_distill", "distill")
+    assert base.key["params"]["distill_learning_rate"] == 1e-4  # unset: the learning rate distils
+    # the fine-tuning does not count: its own learning rate (once the distillation's is explicit) and epochs
+    assert work({"share_distillation": True, "distill_learning_rate": 1e-4, "learning_rate": 3e-4, "finetune_epochs": 2.0}).key == base.key
+    # the distillation does: its parameters, the unlabeled set's size, the spec's defaults
+    assert work({"share_distillation": True, "distill_epochs": 2.0}).key != base.key
+    assert work({"share_distillation": True}, learning_rate=3e-4).key != base.key
+    assert work({"share_distillation": True}, weight_decay=0.1).key != base.key
+    assert base.key["steps_per_epoch"] == 3 and base.key["student"]["num_layers"] == 2
 
 
-def test_shared_distillation_is_off_by_default_and_without_a_cache(tmp_path):
-    method, _ = make_minilm({"share_distillation": True}, steps_per_epoch=4, unlabeled_steps_per_epoch=5)
-    method.build()  # no cache_dir: nothing shared, distils as usual
-    assert method.distilled is None and [p.steps for p in method.phases(8)] == [5, 8]
-    method, _ = make_minilm({}, steps_per_epoch=4, unlabeled_steps_per_epoch=5, cache_dir=tmp_path)
-    method.build()
-    assert method.distilled is None and not list(tmp_path.iterdir())
+def test_shared_work_keys_the_unlabeled_files_by_their_contents_on_disk(tmp_path):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("one text\n")
+    method, _ = make_minilm({"share_distillation": True, "unlabeled_files": [str(corpus)]}, unlabeled_steps_per_epoch=3)
+    before = method.shared_work().key
+    assert before == method.shared_work().key
+    corpus.write_text("one text\nand another\n")  # the same name, another corpus
+    assert method.shared_work().key != before
+
+
+def test_a_loaded_distillation_starts_the_student_and_leaves_its_phases_with_no_steps(tmp_path):
+    from methods.minilm import STUDENT_FILE
+
+    params = {"share_distillation": True, "num_layers": 2, "hidden_size": 16, "teacher_assistant": True}
+    first, _ = make_minilm(params, steps_per_epoch=4, unlabeled_steps_per_epoch=5)
+    first.build()
+    with torch.no_grad():
+        for p in first.model["student"].parameters():
+            p.add_(0.5)  # "distilled"
+    first.save_shared(tmp_path)
+    assert [f.name for f in tmp_path.iterdir()] == [STUDENT_FILE]
+
+    second, _ = make_minilm(params, steps_per_epoch=4, unlabeled_steps_per_epoch=5)
+    second.build()
+    assert [p.steps for p in second.phases(8)] == [5, 5, 8] and not same_parameters(second.model["student"], first.model["student"])
+    second.load_shared(tmp_path)
+    assert second.distilled == tmp_path / STUDENT_FILE
+    assert same_parameters(second.model["student"], first.model["student"])
+    assert [(p.name, p.steps) for p in second.phases(8)] == [("assistant_distill", 0), ("distill", 0), ("finetune", 8)]
+    second.start_phase(second.phases(8)[1])  # the assistant does not overwrite a loaded student
+    assert same_parameters(second.model["student"], first.model["student"])
 
 
 def test_the_schedulers_time_axis_counts_only_the_labeled_fine_tuning():

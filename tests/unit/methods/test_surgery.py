@@ -6,7 +6,6 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from methods._bert import count_parameters
 from methods._l0 import StructureMasks, expected_sparsity
 from methods._surgery import (
     active_layers,
@@ -17,6 +16,7 @@ from methods._surgery import (
     pruned_sparsity,
     sublayer_gates,
 )
+from pipeline.training.export import count_parameters
 from tests.conftest import make_batch, make_tiny_bert
 
 INPUT_KEYS = ("input_ids", "attention_mask", "token_type_ids")

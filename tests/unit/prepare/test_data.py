@@ -283,6 +283,24 @@ def test_custom_integer_labels_need_only_num_labels(tmp_path):
     assert load_raw(cfg)["train"]["label"][:] == [0, 2]
 
 
+def test_a_labelled_test_file_is_read_like_train_and_dev(tmp_path):
+    cfg = files_cfg(tmp_path, "csv")
+    labelled = write_rows(tmp_path / "test.csv", ROWS[1:], "csv")
+    split = data.load_test_split(cfg.model_copy(update={"files": cfg.files.model_copy(update={"test": str(labelled)})}))
+    assert split["text_a"][:] == ["is it bad?", "maybe?"] and split["text_b"][:] == ["no", "who knows"]
+    assert split["label"][:] == [0, 1]
+
+
+def test_a_test_file_without_labels_cannot_be_scored(tmp_path):
+    cfg = files_cfg(tmp_path, "jsonl")
+    unlabelled = write_rows(tmp_path / "test.jsonl", [{"question": "q?", "answer": "a"}], "jsonl")
+    with pytest.raises(DataError, match=r"test\.jsonl: the test split has no labels \(no column 'verdict', task\.label_column\); "
+                                        r"it cannot be scored"):
+        data.load_test_split(cfg.model_copy(update={"files": cfg.files.model_copy(update={"test": str(unlabelled)})}))
+    with pytest.raises(DataError, match=r"task qa has no test split \(set task\.files\.test to a labelled file\)"):
+        data.load_test_split(cfg)
+
+
 # ----------------------------------------------------------------------------------------------
 # validation errors
 # ----------------------------------------------------------------------------------------------

@@ -1,6 +1,5 @@
-"""One trial's Ray Train run without the actors drydock does not use: reports reach Tune through
-a file the Train controller appends to, and no Ray Data actor is started for a trainer that has
-no datasets."""
+"""Reports reach Tune through a file the Train controller appends to, not through an actor of
+their own. (The trainer that starts no Ray Data actor: test_trainer.py.)"""
 
 from __future__ import annotations
 
@@ -63,28 +62,3 @@ def test_relayed_reports_delivers_every_record_before_it_returns_and_cleans_up()
         assert folder.is_dir()
     assert got == [{"step": 8, "eval/accuracy": 0.5}, {"step": 16, "eval/accuracy": 0.75}]
     assert not folder.exists()
-
-
-def test_a_trainer_without_datasets_starts_no_ray_data_actor_and_keeps_the_rest():
-    import ray.train
-    from ray.train.v2._internal.callbacks.datasets import DatasetsCallback
-    from ray.train.v2._internal.callbacks.placement_group_callback import (
-        PlacementGroupCleanerCallback,
-    )
-
-    from pipeline.search.relay import lean_torch_trainer
-
-    def kinds(trainer):
-        return {type(c) for c in trainer._create_default_callbacks()}
-
-    scaling = ray.train.ScalingConfig(num_workers=1)
-    plain = ray.train.torch.TorchTrainer(lambda: None, scaling_config=scaling)
-    lean = lean_torch_trainer(lambda: None, scaling_config=scaling)
-    assert DatasetsCallback in kinds(plain)  # what Ray does on its own, and why this exists
-    assert kinds(lean) == kinds(plain) - {DatasetsCallback}
-    assert PlacementGroupCleanerCallback in kinds(lean)  # ASHA's stopped trials need it
-
-    # A dataset factory (Train calls it in the controller): a Dataset itself would start Ray here.
-    with_data = lean_torch_trainer(lambda: None, scaling_config=scaling, datasets={"train": lambda: None})
-    assert DatasetsCallback in kinds(with_data)
-    assert not ray.is_initialized()

@@ -10,7 +10,8 @@ import pytest
 
 from pipeline import results as results_table
 from pipeline.config import SelectionConfig
-from pipeline.select.pareto import aggregate, bootstrap_mean_ci, choose_champion, pareto_mask, select
+from pipeline.select.champion import choose_champion
+from pipeline.select.pareto import aggregate, bootstrap_mean_ci, pareto_mask, select
 
 
 def trial(method: str, seed: int, metric: float | None, latency: float | None, status: str = "finished", **params):

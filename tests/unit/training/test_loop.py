@@ -152,3 +152,22 @@ def test_resume_from_checkpoint_continues_where_it_stopped(tmp_path, monkeypatch
     assert resumed_losses.keys() == {5.0, 6.0, 7.0, 8.0}
     for step, value in straight_losses.items():
         assert math.isclose(resumed_losses[step], value, rel_tol=1e-5), step
+
+
+@pytest.mark.parametrize(("strategy", "world", "expected"), [
+    ("ddp", 1, "none"), ("ddp", 2, "ddp"), ("deepspeed", 1, "deepspeed"), ("deepspeed", 4, "deepspeed"), ("none", 1, "none"),
+])
+def test_ddp_with_one_worker_is_plain_training_and_distributed_applies_it(strategy, world, expected):
+    assert engine.effective_strategy(strategy, world) == expected
+    assert engine.Distributed(strategy=strategy, world_size=world).strategy == expected
+
+
+def test_loss_means_keep_one_window_per_log_row_and_one_per_report():
+    means = loop.LossMeans()
+    means.add({"kd": 1.0, "total": 3.0})
+    means.add({"kd": 3.0, "total": 5.0})
+    assert means.take_row() == {"loss/kd": 2.0, "loss/total": 4.0}
+    means.add({"kd": 5.0, "task": 1.0, "total": 6.0})  # a term computed in one step only counts that step
+    assert means.take_row() == {"loss/kd": 5.0, "loss/task": 1.0, "loss/total": 6.0}
+    assert means.take_since_eval() == {"loss/kd": 3.0, "loss/task": 1.0, "loss/total": pytest.approx(14 / 3)}
+    assert means.take_since_eval() == {}

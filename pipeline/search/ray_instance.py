@@ -1,0 +1,116 @@
+"""The Ray instance a sweep runs on: a local one sized to this machine, or a cluster's.
+
+Every Ray process of the sweep gets the same environment (`RAY_ENV`), and a local instance gets
+its own State API address: why each setting is there is in `docs/search-on-ray.md`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from collections.abc import Callable
+from typing import Any
+
+import ray
+
+from pipeline.config import SweepSpec
+from pipeline.errors import DrydockError
+
+# Environment for every Ray process of the sweep. Health checks every 0.5 s instead of 2 s: reports
+# reach Tune sooner and trial ends are noticed sooner (`benchmarks/sweep_overhead.py` measures the
+# seconds per trial outside training); the preemption watcher and state tracking are actors we do
+# not use.
+RAY_ENV = {
+    "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.5",
+    "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0",
+    "RAY_TRAIN_ENABLE_STATE_TRACKING": "0",
+    "RAY_USAGE_STATS_ENABLED": "0",
+    "TOKENIZERS_PARALLELISM": "false",
+    "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+    "TRANSFORMERS_VERBOSITY": "error",
+    "PYTHONWARNINGS": "ignore::DeprecationWarning,ignore::FutureWarning,ignore::UserWarning",
+    "RAY_AIR_NEW_OUTPUT": "0",
+}
+# Passed on from the driver's environment to every Ray process when set.
+PASSED_ON = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "HF_HOME", "TORCH_EXTENSIONS_DIR", "MLFLOW_TRACKING_URI",
+             "RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S")
+
+# Where the State API of a local instance is, for every process of it. Ray Train's placement-group
+# cleaner asks the State API whether a trial's controller is alive; without an address it asks the
+# instance named in /tmp/ray/ray_current_cluster, which may be another one on the machine
+# (docs/search-on-ray.md; tests/integration/search/test_ray_instance.py). On a cluster the head's
+# `ray start` writes that file for its own GCS, so only the local case is fixed.
+API_SERVER_VARIABLE = "RAY_API_SERVER_ADDRESS"
+_api_server_set: str | None = None  # the value init_ray last put into os.environ
+
+
+def init_ray(address: str | None, use_gpu: bool) -> None:
+    if ray.is_initialized():
+        return
+    env = dict(RAY_ENV)
+    if not use_gpu:
+        env["DS_ACCELERATOR"] = "cpu"  # never on GPU nodes: DeepSpeed must find CUDA there
+    env.update({key: os.environ[key] for key in PASSED_ON if key in os.environ})
+    address = address or os.environ.get("RAY_ADDRESS")
+    global _api_server_set
+    if _api_server_set and os.environ.get(API_SERVER_VARIABLE) == _api_server_set:
+        del os.environ[API_SERVER_VARIABLE]  # a previous local instance's, started by this process
+    dashboard: dict[str, Any] = {}
+    if not address:
+        host, port = "127.0.0.1", free_port()
+        dashboard = {"dashboard_host": host, "dashboard_port": port}
+        env[API_SERVER_VARIABLE] = _api_server_set = f"http://{host}:{port}"
+    os.environ.update({k: v for k, v in env.items() if k.startswith("RAY_")})
+    logging.getLogger("ray").setLevel(logging.ERROR)
+    verbose = os.environ.get("DRYDOCK_RAY_LOGS") == "1"
+    common = dict(runtime_env={"env_vars": env}, log_to_driver=verbose, logging_level="ERROR" if not verbose else "INFO")
+    if address:
+        ray.init(address=address, **common)
+        return
+    # Local: sized to this machine. The dashboard stays on (include_dashboard=None): without its
+    # State API, Train's placement-group cleaner cannot free the workers of trials that ASHA
+    # stops, and later trials time out waiting for them (docs/search-on-ray.md). Its address is
+    # fixed up front and given to every process (see API_SERVER_VARIABLE).
+    temp_dir = os.environ.get("DRYDOCK_RAY_TMPDIR")  # a short path: Ray's sockets live under it
+    # Ray counts the CPUs itself: unlike os.cpu_count(), its count honours a container's quota.
+    ray.init(address="local", object_store_memory=256 * 2**20, include_dashboard=None,
+             **dashboard, **({"_temp_dir": temp_dir} if temp_dir else {}), **common)
+
+
+def free_port() -> int:
+    """A TCP port free on this machine now (the OS picks it; Ray binds it a moment later)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def max_concurrent(spec: SweepSpec, log: Callable[[str], None] = print) -> int:
+    """How many trials run at once: as many as the cluster holds now, or the spec's number.
+
+    Checked before the teacher stage, which needs one trial's resources too: a request the
+    cluster cannot meet would otherwise wait (and retry) instead of saying so."""
+    r = spec.resources
+    resources = ray.cluster_resources()
+    kind = "GPU" if r.use_gpu else "CPU"
+    if r.use_gpu:
+        capacity, per_trial = resources.get("GPU", 0.0), r.workers_per_trial * r.gpus_per_worker
+    else:
+        capacity, per_trial = resources.get("CPU", 0.0), r.workers_per_trial * r.cpus_per_worker
+    fits = int(capacity // per_trial) if per_trial else 1
+    wanted = spec.search.max_concurrent_trials
+    if wanted:
+        # An autoscaling cluster may start smaller than it grows: trust the spec's number, but say
+        # what happens to the trials the cluster cannot hold yet.
+        if wanted > fits:
+            log(f"search: max_concurrent_trials is {wanted}, but the Ray cluster holds {fits} trial(s) now "
+                f"({capacity:g} {kind}s, {per_trial:g} per trial); the others wait for it to grow, and a trial "
+                f"that gets no workers within about 4 minutes fails (RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S, "
+                f"60 s, tried 4 times)")
+        return wanted
+    if fits < 1:
+        raise DrydockError(
+            f"resources: a trial needs {per_trial:g} {kind}s ({r.workers_per_trial} workers), "
+            f"but the Ray cluster has {capacity:g}"
+        )
+    return fits

@@ -1,0 +1,180 @@
+"""The champion policy: which configuration may carry the `champion` alias, and when it moves.
+
+Pure functions of figures and registry tags (no MLflow, no I/O), so the rule is written once and
+tested on values; `pipeline.select.registry` does the MLflow plumbing around them, and the
+report and the Pareto selection read the budget through them.
+
+- The latency budget (`selection.max_latency_ms`, `selection.min_speedup`) is judged by
+  `budget_breaches` only. A candidate is judged on its best seed's own figures, the export the
+  registry would get, not on the seed mean: CoFi's seeds prune to different sizes, and a mean
+  within the budget can hide a registered model over it. A candidate must prove it is within
+  the budget, so a missing figure breaks it; a champion already registered is judged only on
+  what its tags record, so a missing figure there breaks nothing.
+- `choose_champion`: the best mean metric among the configurations given (the select stage gives
+  the Pareto front: only it is registered, so only it can carry the alias) within the budget;
+  ties go to the faster configuration (mean latency).
+- `decide`: the alias moves only forward. A new champion must beat the current champion's metric
+  as recorded in that version's tags (same metric name), so re-running a sweep that came out
+  worse never silently replaces a better model. The one exception is the budget: a champion
+  whose recorded latency or speedup is outside the *current* sweep's budget gives way to this
+  sweep's champion (which is within it) whatever the metrics; if this sweep has no champion, the
+  alias stays and `decide_without_candidate` says the champion is outside the budget.
+  `drydock promote` moves the alias by hand, outside this policy.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import pandas as pd
+
+from pipeline.config import SelectionConfig
+
+CHAMPION = "champion"  # the registry alias consumers load: models:/<name>@champion
+
+
+def tag_number(text: str | None) -> float:
+    """A figure as the registry's tags hold it (text); NaN when absent or not a number."""
+    try:
+        return float(text) if text is not None else math.nan
+    except ValueError:
+        return math.nan
+
+
+def _missing(value: float | None) -> bool:
+    return value is None or math.isnan(value)
+
+
+# ----------------------------------------------------------------------------------------------
+# the latency budget
+# ----------------------------------------------------------------------------------------------
+
+
+def budget_breaches(latency_ms: float | None, speedup: float | None, budget: SelectionConfig | None, *,
+                    unknown_breaks: bool) -> list[str]:
+    """The conditions these figures break, as the report and the registry's log word them; empty
+    when within. `unknown_breaks`: a missing figure breaks the budget (a candidate), or is not
+    judged (a registered champion's tags); a candidate without a latency is never within, with
+    or without a budget."""
+    broken = []
+    max_latency = budget.max_latency_ms if budget is not None else None
+    min_speedup = budget.min_speedup if budget is not None else None
+    if _missing(latency_ms):
+        if unknown_breaks:
+            broken.append("latency not measured")
+    elif max_latency is not None and latency_ms > max_latency:
+        broken.append(f"latency {latency_ms:.2f} ms > {max_latency:g} ms")
+    if min_speedup is not None:
+        if _missing(speedup):
+            if unknown_breaks:
+                broken.append("speedup not measured")
+        elif speedup < min_speedup:
+            broken.append(f"speedup {speedup:.2f}× < {min_speedup:g}×")
+    return broken
+
+
+def budget_text(budget: SelectionConfig) -> str | None:
+    """`latency ≤ 3 ms and speedup ≥ 2×`; None without a budget."""
+    parts = []
+    if budget.max_latency_ms is not None:
+        parts.append(f"latency ≤ {budget.max_latency_ms:g} ms")
+    if budget.min_speedup is not None:
+        parts.append(f"speedup ≥ {budget.min_speedup:g}×")
+    return " and ".join(parts) or None
+
+
+def champion_rule(budget: SelectionConfig) -> str:
+    """The rule `choose_champion` applies, in the report's words."""
+    text = budget_text(budget)
+    if text is None:
+        return "best mean metric on the front (no latency budget)"
+    return f"best mean metric on the front whose registered seed is within {text}"
+
+
+# ----------------------------------------------------------------------------------------------
+# choosing among configurations (the aggregate of pipeline.select.pareto)
+# ----------------------------------------------------------------------------------------------
+
+
+def within_budget(configs: pd.DataFrame, budget: SelectionConfig) -> pd.Series:
+    """Per configuration, on its best seed's figures (`best_latency_ms`, `best_speedup`)."""
+    latency = configs["best_latency_ms"].astype("float64")
+    speedup = configs["best_speedup"].astype("float64")
+    ok = [not budget_breaches(lat, spd, budget, unknown_breaks=True) for lat, spd in zip(latency, speedup)]
+    return pd.Series(ok, index=configs.index, dtype=bool)
+
+
+def choose_champion(configs: pd.DataFrame, budget: SelectionConfig) -> pd.Series | None:
+    """The best mean metric within the budget, ties to the faster (mean latency); None if
+    nothing qualifies."""
+    if not len(configs):
+        return None
+    eligible = configs[within_budget(configs, budget)]
+    if not len(eligible):
+        return None
+    return eligible.sort_values(["metric_mean", "latency_ms"], ascending=[False, True], kind="stable").iloc[0]
+
+
+# ----------------------------------------------------------------------------------------------
+# moving the alias (on the tags the registry holds)
+# ----------------------------------------------------------------------------------------------
+
+
+def outside_budget(tags: dict[str, str], budget: SelectionConfig | None) -> str | None:
+    """How a registered version's recorded latency / speedup breaks `budget`; None when it does
+    not, or when the figure is not recorded (nothing to judge)."""
+    broken = budget_breaches(tag_number(tags.get("latency_ms")), tag_number(tags.get("speedup")), budget,
+                             unknown_breaks=False)
+    return " and ".join(broken) or None
+
+
+def beats_champion(candidate_tags: dict[str, str], current_tags: dict[str, str] | None,
+                   budget: SelectionConfig | None = None) -> tuple[bool, str]:
+    """(move?, why). The candidate is within `budget` (the current sweep's) by construction; a
+    champion outside it gives way whatever the metrics."""
+    if current_tags is None:
+        return True, "no champion yet"
+    if candidate_tags.get("metric_name") != current_tags.get("metric_name"):
+        return False, (f"the champion is scored by {current_tags.get('metric_name')!r} and this candidate by "
+                       f"{candidate_tags.get('metric_name')!r}: not comparable, promote by hand if intended")
+    outside = outside_budget(current_tags, budget)
+    if outside is not None:
+        return True, f"the champion is outside this sweep's latency budget ({outside})"
+    new, old = tag_number(candidate_tags.get("metric")), tag_number(current_tags.get("metric"))
+    if math.isnan(old):
+        return True, "the champion has no recorded metric"
+    if new > old:
+        return True, f"{candidate_tags.get('metric_name')} {new:.4f} beats the champion's {old:.4f}"
+    return False, f"{candidate_tags.get('metric_name')} {new:.4f} does not beat the champion's {old:.4f}"
+
+
+@dataclass
+class ChampionDecision:
+    moved: bool
+    version: str | None  # the champion after the decision
+    previous: str | None
+    reason: str
+
+
+def decide(candidate: str, candidate_tags: dict[str, str], current: str | None, current_tags: dict[str, str] | None,
+           budget: SelectionConfig | None = None) -> ChampionDecision:
+    """Whether the alias moves from version `current` (None: no champion yet) to `candidate`."""
+    if current == candidate:
+        return ChampionDecision(False, current, current, "already the champion")
+    move, reason = beats_champion(candidate_tags, current_tags, budget)
+    return ChampionDecision(True, candidate, current, reason) if move else ChampionDecision(False, current, current, reason)
+
+
+def decide_without_candidate(current: str | None, current_tags: dict[str, str] | None,
+                             budget: SelectionConfig | None) -> ChampionDecision | None:
+    """This sweep has no champion: the alias stays where it is. Worth a decision (and a log line)
+    only when the champion it stays on is outside this sweep's budget."""
+    if current is None or current_tags is None:
+        return None
+    outside = outside_budget(current_tags, budget)
+    if outside is None:
+        return None
+    reason = (f"the champion is outside this sweep's latency budget ({outside}), but no configuration of "
+              "this sweep meets it either")
+    return ChampionDecision(False, current, current, reason)

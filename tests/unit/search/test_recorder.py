@@ -1,0 +1,133 @@
+"""The recorder on its own: Tune's hooks called with small stand-ins for Tune's trials, a real
+MLflow store on SQLite and a real results table. No Ray cluster is started."""
+
+from __future__ import annotations
+
+import math
+import pickle
+from types import SimpleNamespace
+
+import pytest
+from ray import tune
+
+from pipeline import results as results_table
+from pipeline.config import spec_from_dict
+from pipeline.search.outcome import write_outcome
+from pipeline.search.recorder import SweepRecorder
+from pipeline.search.space import expand_trials
+from pipeline.search.state import SweepPaths
+from pipeline.tracking import SweepTracker
+
+SPEC = {
+    "name": "rec", "task": {"name": "synthetic", "source": "synthetic", "max_seq_length": 16},
+    "teacher": {"model": "random", "architecture": {"num_layers": 2}, "tokenizer": {"vocab_size": 50}},
+    "methods": {"finetune": {"learning_rate": {"grid": [1.0e-4, 2.0e-4, 3.0e-4]}}},
+}
+
+
+@pytest.fixture
+def sweep(tmp_path):
+    spec = spec_from_dict(SPEC)
+    tracker = SweepTracker(spec, tmp_path / "w")
+    tracker.start_parent(resume=False)
+    paths = SweepPaths(tmp_path / "w" / "rec", "r1")
+    paths.trials_dir.mkdir(parents=True)
+    messages: list[str] = []
+    recorder = SweepRecorder(paths, tracker, "accuracy", 0.8, messages.append)
+    return SimpleNamespace(trials=expand_trials(spec), tracker=tracker, paths=paths, recorder=recorder, messages=messages)
+
+
+def tune_trial(t, **extra):
+    """What the recorder reads of Tune's `Trial`: its config and its id (and an error message)."""
+    return SimpleNamespace(config={"trial": t.to_dict()}, trial_id=f"ray-{t.config_id}", **extra)
+
+
+def run_of(sweep, row):
+    return sweep.tracker.client.get_run(str(row["mlflow_run_id"]))
+
+
+def test_a_finished_a_failed_and_a_stopped_trial_each_get_their_row_and_run(sweep, tmp_path):
+    done, failed, stopped = sweep.trials
+    rec = sweep.recorder
+    student = tmp_path / "student"
+    student.mkdir()
+    (student / "config.json").write_text("{}")
+    for t in (done, failed, stopped):
+        rec.on_trial_start(0, [], tune_trial(t))
+        rec.on_trial_result(0, [], tune_trial(t), {"eval/accuracy": 0.5, "loss/total": 0.7, "schedule/rate": 0.1,
+                                                   "progress": 0.5, "step": 8, "epoch": 1.0, "time_this_iter_s": 3.0})
+    # finished: its worker wrote the outcome, its driver sent the final report
+    write_outcome(sweep.paths.trials_dir / done.key, {
+        "status": "finished", "metric": 0.72, "metrics": {"accuracy": 0.72}, "steps": 16, "num_params": 1000,
+        "num_params_encoder": 600, "train_seconds": 2.5, "student_path": str(student)})
+    rec.on_trial_result(0, [], tune_trial(done), {"drydock_final": 1.0, "eval/accuracy": 0.72})
+    rec.on_trial_complete(0, [], tune_trial(done))
+    # failed: Tune says the trial errored, and no outcome says more
+    rec.on_trial_error(0, [], tune_trial(failed, error_message="RuntimeError: the node died"))
+    # stopped: complete without the final report (the scheduler ended it)
+    rec.on_trial_complete(0, [], tune_trial(stopped))
+    rec.close()
+
+    frame = results_table.read_results(sweep.paths.results).set_index("trial_id")
+    assert sorted(frame.index) == sorted([done.key, failed.key, stopped.key])
+    assert dict(frame["status"]) == {done.key: "finished", failed.key: "failed", stopped.key: "stopped"}
+    row = frame.loc[done.key]
+    assert (row["metric"], row["steps"], row["num_params_encoder"], row["train_seconds"]) == (0.72, 16, 600, 2.5)
+    assert row["teacher_metric"] == 0.8 and row["retention"] == pytest.approx(0.72 / 0.8)
+    assert row["metric_name"] == "accuracy" and row["params.learning_rate"] == 1.0e-4
+    assert frame.loc[failed.key, "error"] == "RuntimeError: the node died" and frame.loc[failed.key, "metric"] == 0.5
+    assert frame.loc[stopped.key, "metric"] == 0.5 and frame.loc[stopped.key, "steps"] == 8
+    assert frame["error"].isna()[[done.key, stopped.key]].all()
+
+    runs = {key: run_of(sweep, frame.loc[key]) for key in frame.index}
+    assert {k: r.info.status for k, r in runs.items()} == {done.key: "FINISHED", failed.key: "FAILED", stopped.key: "FINISHED"}
+    assert {k: r.data.tags["drydock.status"] for k, r in runs.items()} == dict(frame["status"])
+    finished = runs[done.key].data
+    assert finished.metrics["final/accuracy"] == 0.72 and finished.metrics["num_params_encoder"] == 600
+    assert finished.params["method"] == "finetune" and finished.tags["ray_trial_id"] == f"ray-{done.config_id}"
+    assert runs[failed.key].data.tags["drydock.error"] == "RuntimeError: the node died"
+    # every report reaches the run at its step: evaluations, losses, schedules and the time axis;
+    # Tune's own bookkeeping does not
+    history = sweep.tracker.client.get_metric_history(frame.loc[stopped.key, "mlflow_run_id"], "loss/total")
+    assert [(m.value, m.step) for m in history] == [(0.7, 8)]
+    assert {"eval/accuracy", "schedule/rate", "progress", "epoch"} <= runs[stopped.key].data.metrics.keys()
+    assert "time_this_iter_s" not in runs[stopped.key].data.metrics
+    # the student is copied into the run's artifacts, and each trial is told once
+    assert [a.path for a in sweep.tracker.client.list_artifacts(frame.loc[done.key, "mlflow_run_id"], "student")] == ["student/config.json"]
+    assert sorted(m.split(":")[0] for m in sweep.messages) == sorted(f"trial {t.key}" for t in (done, failed, stopped))
+    assert f"trial {done.key}: finished accuracy 0.7200" in sweep.messages
+
+
+def test_a_trial_whose_worker_failed_is_failed_with_the_workers_reason(sweep):
+    t = sweep.trials[0]
+    write_outcome(sweep.paths.trials_dir / t.key, {"status": "failed", "error": "ValueError: 9 layers do not fit"})
+    sweep.recorder.on_trial_result(0, [], tune_trial(t), {"drydock_final": 1.0, "eval/accuracy": math.nan})
+    sweep.recorder.on_trial_complete(0, [], tune_trial(t))
+    sweep.recorder.close()
+    (row,) = results_table.read_results(sweep.paths.results).to_dict("records")
+    assert (row["status"], row["error"]) == ("failed", "ValueError: 9 layers do not fit")
+    assert run_of(sweep, row).info.status == "FAILED"
+
+
+def test_a_recording_that_fails_is_reported_and_the_next_one_still_happens(sweep, monkeypatch):
+    first, second = sweep.trials[:2]
+    real = sweep.tracker.log_metrics
+
+    def unreachable(run_id, metrics, step):
+        if "eval/accuracy" in metrics:  # the first trial's evaluation
+            raise ConnectionError("tracking server unreachable")
+        real(run_id, metrics, step)
+
+    monkeypatch.setattr(sweep.tracker, "log_metrics", unreachable)
+    sweep.recorder.on_trial_result(0, [], tune_trial(first), {"eval/accuracy": 0.5, "step": 8})
+    sweep.recorder.on_trial_complete(0, [], tune_trial(second))
+    sweep.recorder.close()
+    assert f"warning: recording metrics of trial {first.key} failed: ConnectionError: tracking server unreachable" in sweep.messages
+    frame = results_table.read_results(sweep.paths.results)
+    assert list(frame["trial_id"]) == [second.key] and list(frame["status"]) == ["stopped"]
+
+
+def test_tune_stores_a_stand_in_not_the_recorder(sweep):
+    # Tune pickles its callbacks with its state; the recorder holds a live MLflow client
+    restored = pickle.loads(pickle.dumps(sweep.recorder))
+    assert type(restored) is tune.Callback

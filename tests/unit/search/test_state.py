@@ -1,0 +1,74 @@
+"""A sweep's runs on disk: which run a sweep continues, where its storage is, and when it takes
+the sweep's folder over (real MLflow on SQLite; no Ray)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from pipeline.config import spec_from_dict, spec_to_dict
+from pipeline.errors import DrydockError
+from pipeline.search.state import (
+    STATE_FILE,
+    RunStorage,
+    SweepPaths,
+    end_run,
+    open_run,
+    read_state,
+    run_storage,
+    save_state,
+    start_run,
+)
+from pipeline.tracking import SweepTracker
+
+RAW = {"name": "s", "task": {"name": "synthetic", "source": "synthetic"},
+       "teacher": {"model": "random", "architecture": {"num_layers": 2}, "tokenizer": {"vocab_size": 50}}, "methods": {"finetune": {}}}
+
+
+def test_storage_is_the_run_folder_or_the_specs_shared_path(tmp_path):
+    paths = SweepPaths(tmp_path / "s", "r1")
+    assert run_storage(spec_from_dict(RAW), paths) == RunStorage(str(paths.run_dir), "tune", str(paths.run_dir / "train"))
+    shared = run_storage(spec_from_dict(RAW, ["resources.storage_path=s3://bucket/drydock/"]), paths)
+    assert shared == RunStorage("s3://bucket/drydock", "s-r1-tune", "s3://bucket/drydock/s-r1-train")
+    assert shared.experiment_path == "s3://bucket/drydock/s-r1-tune"
+
+
+def test_resume_continues_the_recorded_run_and_refuses_a_changed_spec(tmp_path):
+    spec, messages = spec_from_dict(RAW), []
+    fresh = open_run(spec, tmp_path / "s", resume=True, log=messages.append)
+    assert not fresh.resuming and messages == [f"resume: no earlier run of 's' in {tmp_path / 's'}; starting a new one"]
+    assert not (tmp_path / "s").exists()  # deciding touches nothing
+
+    save_state(tmp_path / "s", {"run_id": "20260101-000000", "parent_run_id": "p", "status": "running"})
+    again = open_run(spec, tmp_path / "s", resume=True, log=messages.append)
+    assert again.resuming and again.paths.run_id == "20260101-000000" and again.state["parent_run_id"] == "p"
+    assert open_run(spec, tmp_path / "s", resume=False, log=messages.append).paths.run_id != "20260101-000000"
+
+    again.paths.spec_file.parent.mkdir(parents=True)
+    again.paths.spec_file.write_text(json.dumps(spec_to_dict(spec_from_dict(RAW, ["train.epochs=9"]))))
+    with pytest.raises(DrydockError, match=r"^--resume: the spec differs from the one run 20260101-000000 started with \(train.epochs\)"):
+        open_run(spec, tmp_path / "s", resume=True, log=messages.append)
+
+
+def test_a_new_run_takes_the_folder_over_and_records_how_it_ended(tmp_path):
+    spec, workdir = spec_from_dict(RAW), tmp_path / "w"
+    sweep_dir = workdir / "s"
+    save_state(sweep_dir, {"run_id": "old", "status": "finished"})
+    (sweep_dir / "runs" / "old").mkdir(parents=True)
+    (sweep_dir / "results.parquet").write_bytes(b"the old run's table")
+    run = open_run(spec, sweep_dir, resume=False, log=print)
+    tracker = SweepTracker(spec, workdir)
+
+    start_run(run, spec, tracker, params={"task": "synthetic"}, teacher_metrics={"eval/accuracy": 0.9, "step": 4, "note": "x"})
+    assert (sweep_dir / "runs" / "old" / "results.parquet").read_bytes() == b"the old run's table"
+    assert not run.paths.results.exists() and run.paths.trials_dir.is_dir()
+    assert json.loads(run.paths.spec_file.read_text()) == spec_to_dict(spec)
+    assert read_state(sweep_dir) == {"run_id": run.paths.run_id, "parent_run_id": tracker.parent_id, "status": "running"}
+    parent = tracker.client.get_run(tracker.parent_id)
+    assert parent.data.params["task"] == "synthetic"
+    assert parent.data.metrics == {"teacher/accuracy": 0.9, "teacher/step": 4.0}
+
+    end_run(run, tracker, "FAILED")  # the sweep raised
+    assert tracker.client.get_run(tracker.parent_id).info.status == "KILLED"
+    assert json.loads((sweep_dir / STATE_FILE).read_text())["status"] == "failed"

@@ -1,0 +1,91 @@
+"""The one place a TorchTrainer is built: the spec's resources, one kept checkpoint, bounded
+retries, reports relayed while `fit()` blocks, and no Ray Data actor. No Ray cluster is started:
+the trainer's `fit` is replaced where a run would start one."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import ray.train
+
+from pipeline.config import spec_from_dict
+from pipeline.search import trainer
+from pipeline.search.relay import ReportRelay
+from pipeline.search.trainer import CONTROLLER_FAILURE_LIMIT, TrainResources, last_line, lean_torch_trainer, run_train
+
+BASE = {"name": "t", "task": {"name": "synthetic", "source": "synthetic"},
+        "teacher": {"model": "random", "architecture": {"num_layers": 2}, "tokenizer": {"vocab_size": 50}}, "methods": {"finetune": {}}}
+
+
+def test_train_resources_come_from_the_validated_spec():
+    spec = spec_from_dict({**BASE, "resources": {"workers_per_trial": 2, "cpus_per_worker": 3, "use_gpu": True, "gpus_per_worker": 0.5},
+                           "search": {"max_failures": 4}})
+    resources = TrainResources.of(spec)
+    assert resources == TrainResources(num_workers=2, use_gpu=True, cpus_per_worker=3.0, gpus_per_worker=0.5, max_failures=4)
+    assert resources.per_worker() == {"CPU": 3.0, "GPU": 0.5}
+    assert TrainResources.of(spec_from_dict(BASE)).per_worker() == {"CPU": 1.0}  # no GPU asked for, none reserved
+
+
+def fake_trainers(monkeypatch, error: Exception | None = None) -> list[SimpleNamespace]:
+    built: list[SimpleNamespace] = []
+
+    def build(worker_fn, **kwargs):
+        def fit():
+            kwargs["run_config"].callbacks[0].after_report(None, [{"step": 8, "eval/accuracy": 0.5}], None)
+            if error is not None:
+                raise error
+
+        made = SimpleNamespace(worker_fn=worker_fn, fit=fit, **kwargs)
+        built.append(made)
+        return made
+
+    monkeypatch.setattr(trainer, "lean_torch_trainer", build)
+    return built
+
+
+def test_run_train_builds_one_trainer_from_the_resources_and_relays_its_reports(monkeypatch):
+    built = fake_trainers(monkeypatch)
+    got: list[dict] = []
+    resources = TrainResources(num_workers=2, use_gpu=False, cpus_per_worker=2.0, gpus_per_worker=1.0, max_failures=3)
+    assert run_train(print, {"a": 1}, resources, name="train-kd-1-s0", storage_path="/tmp/x", on_report=got.append) is None
+    (made,) = built
+    assert made.worker_fn is print and made.train_loop_config == {"a": 1}
+    scaling: ray.train.ScalingConfig = made.scaling_config
+    assert (scaling.num_workers, scaling.use_gpu, scaling.resources_per_worker) == (2, False, {"CPU": 2.0})
+    run = made.run_config
+    assert (run.name, run.storage_path, run.checkpoint_config.num_to_keep) == ("train-kd-1-s0", "/tmp/x", 1)
+    assert (run.failure_config.max_failures, run.failure_config.controller_failure_limit) == (3, CONTROLLER_FAILURE_LIMIT)
+    assert [type(c) for c in run.callbacks] == [ReportRelay]
+    assert got == [{"step": 8, "eval/accuracy": 0.5}]  # delivered before run_train returned
+
+
+def test_run_train_returns_what_fit_raised_after_delivering_the_reports(monkeypatch):
+    fake_trainers(monkeypatch, RuntimeError("Training failed.\nTraceback ...\nValueError: 9 layers do not fit"))
+    got: list[dict] = []
+    resources = TrainResources(num_workers=1, use_gpu=False, cpus_per_worker=1.0, gpus_per_worker=1.0, max_failures=0)
+    error = run_train(print, {}, resources, name="n", storage_path="/tmp/x", on_report=got.append)
+    assert isinstance(error, RuntimeError) and last_line(error) == "ValueError: 9 layers do not fit"
+    assert got == [{"step": 8, "eval/accuracy": 0.5}]
+    assert last_line(RuntimeError()) == ""
+
+
+def test_a_trainer_without_datasets_starts_no_ray_data_actor_and_keeps_the_rest():
+    from ray.train.v2._internal.callbacks.datasets import DatasetsCallback
+    from ray.train.v2._internal.callbacks.placement_group_callback import (
+        PlacementGroupCleanerCallback,
+    )
+
+    def kinds(made):
+        return {type(c) for c in made._create_default_callbacks()}
+
+    scaling = ray.train.ScalingConfig(num_workers=1)
+    plain = ray.train.torch.TorchTrainer(lambda: None, scaling_config=scaling)
+    lean = lean_torch_trainer(lambda: None, scaling_config=scaling)
+    assert DatasetsCallback in kinds(plain)  # what Ray does on its own, and why this exists
+    assert kinds(lean) == kinds(plain) - {DatasetsCallback}
+    assert PlacementGroupCleanerCallback in kinds(lean)  # ASHA's stopped trials need it
+
+    # A dataset factory (Train calls it in the controller): a Dataset itself would start Ray here.
+    with_data = lean_torch_trainer(lambda: None, scaling_config=scaling, datasets={"train": lambda: None})
+    assert DatasetsCallback in kinds(with_data)
+    assert not ray.is_initialized()

@@ -1,0 +1,167 @@
+"""The champion policy on plain values: the budget check and its words, the choice among
+configurations, and when the alias moves."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+
+from pipeline.config import SelectionConfig
+from pipeline.select.champion import (
+    CHAMPION,
+    ChampionDecision,
+    beats_champion,
+    budget_breaches,
+    budget_text,
+    champion_rule,
+    choose_champion,
+    decide,
+    decide_without_candidate,
+    outside_budget,
+    tag_number,
+    within_budget,
+)
+
+NAN = math.nan
+BOTH = SelectionConfig(max_latency_ms=5.0, min_speedup=2.0)
+
+
+def test_the_alias_has_one_name_and_the_registry_uses_it():
+    from pipeline.select import registry
+
+    assert CHAMPION == "champion" and registry.CHAMPION is CHAMPION
+
+
+# ----------------------------------------------------------------------------------------------
+# the budget
+# ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("latency,speedup,broken", [
+    (5.0, 2.0, []),  # at the budget: within
+    (4.99, 2.01, []),
+    (5.01, 2.0, ["latency 5.01 ms > 5 ms"]),  # just over
+    (5.0, 1.99, ["speedup 1.99× < 2×"]),  # just under
+    (8.0, 1.5, ["latency 8.00 ms > 5 ms", "speedup 1.50× < 2×"]),
+    (4.0, NAN, ["speedup not measured"]),  # a candidate must show its speedup
+    (NAN, 3.0, ["latency not measured"]),
+    (None, None, ["latency not measured", "speedup not measured"]),
+])
+def test_a_candidate_breaks_the_budget_where_a_figure_is_over_or_missing(latency, speedup, broken):
+    assert budget_breaches(latency, speedup, BOTH, unknown_breaks=True) == broken
+
+
+def test_a_recorded_champion_is_not_judged_on_a_missing_figure():
+    assert budget_breaches(4.0, NAN, BOTH, unknown_breaks=False) == []
+    assert budget_breaches(None, 1.5, BOTH, unknown_breaks=False) == ["speedup 1.50× < 2×"]
+    assert budget_breaches(9.0, None, BOTH, unknown_breaks=False) == ["latency 9.00 ms > 5 ms"]
+
+
+def test_without_a_budget_only_a_candidates_missing_latency_counts():
+    for budget in (None, SelectionConfig()):
+        assert budget_breaches(1000.0, 0.01, budget, unknown_breaks=True) == []
+        assert budget_breaches(1000.0, NAN, budget, unknown_breaks=True) == []  # no speedup asked for
+        assert budget_breaches(NAN, NAN, budget, unknown_breaks=True) == ["latency not measured"]
+        assert budget_breaches(NAN, NAN, budget, unknown_breaks=False) == []
+
+
+def test_the_budget_in_words():
+    assert budget_text(SelectionConfig()) is None
+    assert budget_text(SelectionConfig(max_latency_ms=2.5)) == "latency ≤ 2.5 ms"
+    assert budget_text(SelectionConfig(min_speedup=3.0)) == "speedup ≥ 3×"
+    assert budget_text(BOTH) == "latency ≤ 5 ms and speedup ≥ 2×"
+    assert champion_rule(SelectionConfig()) == "best mean metric on the front (no latency budget)"
+    assert champion_rule(BOTH) == "best mean metric on the front whose registered seed is within latency ≤ 5 ms and speedup ≥ 2×"
+
+
+# ----------------------------------------------------------------------------------------------
+# choosing among configurations
+# ----------------------------------------------------------------------------------------------
+
+
+def configs(*rows: tuple[str, float, float, float, float]) -> pd.DataFrame:
+    """(config, metric_mean, latency_ms (mean), best_latency_ms, best_speedup) rows, index from 10."""
+    frame = pd.DataFrame(rows, columns=["config", "metric_mean", "latency_ms", "best_latency_ms", "best_speedup"])
+    frame.index = range(10, 10 + len(frame))
+    return frame
+
+
+def test_within_budget_reads_the_best_seeds_figures():
+    frame = configs(("a", 0.9, 9.0, 4.0, 2.5), ("b", 0.9, 1.0, 5.0, 2.0), ("c", 0.9, 1.0, 5.01, 2.5),
+                    ("d", 0.9, 1.0, NAN, 3.0), ("e", 0.9, 1.0, 3.0, NAN))
+    assert within_budget(frame, BOTH).to_dict() == {10: True, 11: True, 12: False, 13: False, 14: False}
+    assert within_budget(frame, SelectionConfig()).to_dict() == {10: True, 11: True, 12: True, 13: False, 14: True}
+
+
+def test_choose_champion_takes_the_best_mean_within_budget_ties_to_the_faster():
+    frame = configs(("best-but-slow", 0.95, 4.0, 6.0, 3.0), ("tie-slower", 0.90, 4.5, 4.0, 3.0),
+                    ("tie-faster", 0.90, 4.2, 4.9, 2.1), ("worse", 0.80, 1.0, 1.0, 9.0))
+    assert choose_champion(frame, SelectionConfig())["config"] == "best-but-slow"
+    assert choose_champion(frame, BOTH)["config"] == "tie-faster"  # ties go by mean latency, not the best seed's
+    assert choose_champion(frame, SelectionConfig(min_speedup=2.5))["config"] == "best-but-slow"
+    assert choose_champion(frame, SelectionConfig(max_latency_ms=0.5)) is None
+    assert choose_champion(frame.iloc[:0], BOTH) is None
+
+
+# ----------------------------------------------------------------------------------------------
+# the alias, on registry tags
+# ----------------------------------------------------------------------------------------------
+
+CURRENT = {"metric_name": "accuracy", "metric": "0.90", "latency_ms": "8.0", "speedup": "1.5"}
+CANDIDATE = {"metric_name": "accuracy", "metric": "0.80", "latency_ms": "3.0", "speedup": "4.0"}
+
+
+def test_tags_are_read_as_numbers_or_nan():
+    assert tag_number("0.25") == 0.25 and tag_number("3") == 3.0
+    assert math.isnan(tag_number(None)) and math.isnan(tag_number("fast"))
+
+
+def test_outside_budget_on_recorded_figures():
+    assert outside_budget(CURRENT, BOTH) == "latency 8.00 ms > 5 ms and speedup 1.50× < 2×"
+    assert outside_budget(CURRENT, SelectionConfig(max_latency_ms=8.0)) is None  # on the limit: within
+    assert outside_budget(CURRENT, None) is None
+    assert outside_budget({"latency_ms": "n/a"}, BOTH) is None  # nothing recorded: nothing to judge
+
+
+def test_beats_champion_on_metric_and_budget():
+    assert beats_champion(CANDIDATE, None) == (True, "no champion yet")
+    assert beats_champion(CANDIDATE, CURRENT) == (False, "accuracy 0.8000 does not beat the champion's 0.9000")
+    assert beats_champion(CURRENT, CANDIDATE) == (True, "accuracy 0.9000 beats the champion's 0.8000")
+    assert beats_champion(CANDIDATE, {**CANDIDATE, "metric": "0.80"}) == (False, "accuracy 0.8000 does not beat the champion's 0.8000")
+    assert beats_champion(CANDIDATE, CURRENT, SelectionConfig(max_latency_ms=5.0)) == (
+        True, "the champion is outside this sweep's latency budget (latency 8.00 ms > 5 ms)")
+    assert beats_champion(CANDIDATE, {"metric_name": "accuracy"}) == (True, "the champion has no recorded metric")
+    moved, reason = beats_champion(CANDIDATE, {**CURRENT, "metric_name": "f1"}, SelectionConfig(max_latency_ms=5.0))
+    assert not moved and reason.startswith("the champion is scored by 'f1' and this candidate by 'accuracy'")
+
+
+def test_beats_champion_checks_the_champion_against_the_current_budget():
+    champion = {"metric_name": "accuracy", "metric": "0.90", "latency_ms": "8.0", "speedup": "1.5"}
+    candidate = {"metric_name": "accuracy", "metric": "0.80", "latency_ms": "3.0", "speedup": "4.0"}
+    assert beats_champion(candidate, champion) == (False, "accuracy 0.8000 does not beat the champion's 0.9000")
+    assert beats_champion(candidate, champion, SelectionConfig(max_latency_ms=8.0))[0] is False  # on the limit: within
+    assert beats_champion(candidate, champion, SelectionConfig(min_speedup=2.0)) == (
+        True, "the champion is outside this sweep's latency budget (speedup 1.50× < 2×)")
+    assert beats_champion(candidate, {**champion, "metric_name": "f1"}, SelectionConfig(max_latency_ms=5.0))[0] is False
+    no_latency = {"metric_name": "accuracy", "metric": "0.90"}  # nothing recorded: not judged on it
+    assert beats_champion(candidate, no_latency, SelectionConfig(max_latency_ms=5.0))[0] is False
+
+
+def test_decide_moves_the_alias_forward_only():
+    assert decide("3", CANDIDATE, None, None) == ChampionDecision(True, "3", None, "no champion yet")
+    assert decide("3", CANDIDATE, "3", CANDIDATE) == ChampionDecision(False, "3", "3", "already the champion")
+    assert decide("3", CANDIDATE, "1", CURRENT) == ChampionDecision(
+        False, "1", "1", "accuracy 0.8000 does not beat the champion's 0.9000")
+    assert decide("3", CANDIDATE, "1", CURRENT, SelectionConfig(max_latency_ms=5.0)) == ChampionDecision(
+        True, "3", "1", "the champion is outside this sweep's latency budget (latency 8.00 ms > 5 ms)")
+
+
+def test_without_a_candidate_the_alias_stays_and_says_so_only_when_outside_the_budget():
+    assert decide_without_candidate("2", CURRENT, SelectionConfig(max_latency_ms=2.0)) == ChampionDecision(
+        False, "2", "2", "the champion is outside this sweep's latency budget (latency 8.00 ms > 2 ms), "
+                         "but no configuration of this sweep meets it either")
+    assert decide_without_candidate("2", CURRENT, SelectionConfig(max_latency_ms=8.0)) is None
+    assert decide_without_candidate("2", CURRENT, None) is None
+    assert decide_without_candidate(None, None, BOTH) is None
