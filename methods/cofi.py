@@ -404,6 +404,10 @@ class CoFi(Method):
 
     def start_phase(self, phase: Phase) -> None:
         self._phase = phase.name
+        if phase.name == PRUNE and not self.pruned:
+            # pruning starts from clamped always-on masks even with no warm-up step before it
+            # (methods/_l0.py); after that, after_optimizer_step keeps them in range
+            self.model.masks.clamp_()
         if phase.name == FINETUNE and not self.pruned:
             self._prune_now()
 

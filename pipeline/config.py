@@ -591,9 +591,7 @@ def load_spec(path: str | Path, overrides: list[str] | None = None) -> SweepSpec
         raise SpecError(f"{path}{where}: not valid YAML ({getattr(e, 'problem', e)})") from None
     if not isinstance(raw, dict):
         raise SpecError(f"{path}: expected a mapping at the top level")
-    spec = spec_from_dict(raw, overrides or [])
-    load_deepspeed_preset(spec)  # the files a spec names are checked where it is loaded, not where it lands
-    return spec
+    return spec_from_dict(raw, overrides or [])
 
 
 def spec_from_dict(raw: dict[str, Any], overrides: list[str] | None = None) -> SweepSpec:
@@ -625,9 +623,10 @@ def spec_to_dict(spec: SweepSpec) -> dict[str, Any]:
 def load_deepspeed_preset(spec: SweepSpec) -> dict[str, Any] | None:
     """The DeepSpeed JSON config the spec names, read and checked; None when it names none.
 
-    Checked by `load_spec`, so `drydock validate` reports a missing or mismatched preset, and read
-    again where the sweep starts, which hands its content to the Train workers (they may run in
-    another working directory, or on other nodes). A relative path is relative to the working
+    `drydock validate` calls it, so it reports a missing or mismatched preset, and so does the
+    sweep before any work, which hands the content to the Train workers (they may run in another
+    working directory, or on other nodes). `load_spec` reads no file the spec names: a spec is
+    loaded by commands that never use the preset (`drydock eval`, `drydock train`). A relative path is relative to the working
     directory. The preset's ZeRO stage must equal `resources.deepspeed.zero_stage`: the loop sets
     the stage from the spec, so a preset saying otherwise would silently run another stage.
     """

@@ -36,6 +36,15 @@ from pipeline.select.stage import select_stage
 from pipeline.tracking import SweepTracker
 
 
+def _stand_in_callback():
+    """Runs started before the search stage left this module pickled their Tune callback as a
+    call to this function (Tune keeps its callbacks in tuner.pkl): kept so `--resume` can still
+    unpickle them. The recorder is attached again on restore, as for every run."""
+    from ray import tune
+
+    return tune.Callback()
+
+
 def run_sweep(spec: SweepSpec, workdir: Path, *, resume: bool = False, address: str | None = None,
               log: Callable[[str], None] = print) -> pd.DataFrame:
     """Run the sweep; returns the results table. Every check that can fail on the user's input

@@ -1,5 +1,6 @@
 """The `drydock` command: `main` parses the arguments and dispatches to one module per group of
-subcommands (`run` for validate/methods/train/sweep/retrain, `outputs` for what a sweep left)."""
+subcommands (`main` for validate/methods/train/sweep/retrain, `outputs` for what a sweep left:
+report, registry, promote, eval) and `tables` for the tables they print; `demo` is `make demo`."""
 
 from pipeline.cli.main import main
 

@@ -89,9 +89,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from pipeline.config import load_spec
+    from pipeline.config import load_deepspeed_preset, load_spec
 
     spec = load_spec(args.spec, args.overrides)
+    load_deepspeed_preset(spec)  # the one file a spec names that only this machine can check; a sweep reads it too
     print(f"{args.spec}: valid (sweep {spec.name!r}, task {spec.task.name}, methods: {', '.join(spec.methods) or 'none'})")
     return EXIT_OK
 

@@ -1,7 +1,7 @@
 """An MLflow "model from code": a saved student folder as a text-in, labels-out pyfunc model.
 
 This is the registry's fallback when `mlflow.transformers.log_model` cannot log a student (see
-pipeline/registry.py). MLflow copies this file into the logged model and runs it on the
+pipeline/select/registry.py). MLflow copies this file into the logged model and runs it on the
 consumer's machine, where drydock is not installed, so it imports only mlflow, pandas, torch and
 transformers — never `pipeline` or `methods`. The student folder travels as the artifact
 `student`; a custom architecture (CoFi's pruned BERT) ships its own module inside that folder and

@@ -116,10 +116,14 @@ class SharedWorkCache:
 
 
 def _published(folder: Path) -> bool:
-    """Whether the artifact is there. A folder holding nothing but a file named `lock` is what a
-    trial of the method-owned cache this one replaced left when it died while building: not an
-    artifact (the folder name is the same, so a complete one of that time is reused)."""
-    return folder.is_dir() and any(entry.name != "lock" for entry in folder.iterdir())
+    """Whether the artifact is there. Folders are published by one rename, so one that exists is
+    whole, except a folder of the method-owned cache this one replaced (the names are the same,
+    so a complete one of that time is reused): it held its `lock` file inside, and a trial that
+    died while building left only that lock, perhaps with a `*.tmp` half-write beside it."""
+    if not folder.is_dir():
+        return False
+    names = [entry.name for entry in folder.iterdir()]
+    return "lock" not in names or any(name != "lock" and not name.endswith(".tmp") for name in names)
 
 
 def _claim(folder: Path) -> int | None:

@@ -22,7 +22,7 @@ from pipeline.prepare.data import prepare_unlabeled
 from pipeline.prepare.stage import Prepared, prepare
 from pipeline.training import loop
 from pipeline.training.context import method_context
-from pipeline.training.export import export_student, verify_saved
+from pipeline.training.export import ExportMismatch, export_student, verify_saved
 from pipeline.training.teacher import TeacherResult, ensure_teacher
 
 METRICS_FILE = "metrics.json"
@@ -130,10 +130,15 @@ def trial_metrics(spec: SweepSpec, method_name: str, params: dict[str, Any], see
 
 def verify_trial(output_dir: Path) -> float:
     """Reload the trial's student in a fresh process without drydock and compare its logits with
-    the trained model's; the difference is added to metrics.json. Raises `ExportMismatch`."""
+    the trained model's; the difference is added to metrics.json. A student that fails does not
+    count: its metrics.json is removed and `ExportMismatch` raised."""
     started = time.perf_counter()
-    diff = verify_saved(output_dir)
     metrics_file = output_dir / METRICS_FILE
+    try:
+        diff = verify_saved(output_dir)
+    except ExportMismatch:
+        metrics_file.unlink(missing_ok=True)
+        raise
     metrics = json.loads(metrics_file.read_text())
     metrics["export_max_abs_diff"] = diff
     metrics.setdefault("timings", {})["seconds_verify"] = time.perf_counter() - started

@@ -468,20 +468,17 @@ def test_render_fills_every_placeholder(path, tmp_path):
 
 
 @pytest.mark.parametrize("path", SPECS, ids=lambda p: p.name)
-def test_gpu_specs_validate_with_nothing_but_the_repository_home(path, monkeypatch):
-    for name in ("DRYDOCK_STORAGE_PATH", "MLFLOW_TRACKING_URI", "GLUE_DIR"):
+def test_gpu_specs_validate_without_any_environment(path, monkeypatch):
+    for name in ("DRYDOCK_HOME", "DRYDOCK_STORAGE_PATH", "MLFLOW_TRACKING_URI", "GLUE_DIR"):
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("DRYDOCK_HOME", str(ROOT))  # the image sets it; validation reads the preset there
     spec = load_spec(path)  # a hub teacher is a name here: validation downloads nothing
-    text = path.read_text()
-    assert text.startswith("# drydock "), f"{path.name} must start with the command that runs it"
+    assert path.read_text().startswith("# drydock "), f"{path.name} must start with the command that runs it"
     r = spec.resources
     assert r.use_gpu and r.workers_per_trial >= 2 and r.gpus_per_worker >= 1
     assert r.storage_path.startswith(("s3://", "gs://")), "checkpoints and Tune state go to the object store"
     assert spec.tracking.uri.startswith(("http://", "https://")), "the tracking server, not a sqlite file"
     if r.strategy == "deepspeed" and r.deepspeed.preset:
-        default = re.search(r"preset: \$\{DRYDOCK_HOME:-([^}]*)\}/cluster/deepspeed/", text)
-        assert default and default.group(1) == IMAGE_HOME, "without DRYDOCK_HOME the driver reads the preset where the image keeps it"
+        assert r.deepspeed.preset.startswith(IMAGE_HOME + "/"), "the driver reads the preset where the image keeps it"
 
 
 @pytest.mark.parametrize("path", SPECS, ids=lambda p: p.name)

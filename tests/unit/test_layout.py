@@ -36,7 +36,12 @@ ROOMS_ALLOWED: dict[str, set[str]] = {
 # file (a method is reached by name) nor a private helper module.
 METHODS_PUBLIC = {"methods", "methods.base"}
 # What methods/ never imports: processes, trackers and file coordination are the pipeline's.
-METHODS_FORBIDDEN = ("ray", "mlflow", "deepspeed", "torch.distributed", "torch.nn.parallel", "fcntl", "filelock", "multiprocessing")
+METHODS_FORBIDDEN = ("ray", "mlflow", "deepspeed", "torch.distributed", "torch.nn.parallel", "torch.multiprocessing",
+                     "fcntl", "filelock", "multiprocessing", "subprocess")
+# What the rooms that run inside one trial's process never import: Ray and MLflow are the search
+# stage's and the select stage's (a trial reports through a Reporter, `pipeline/training/loop.py`).
+IN_PROCESS_ROOMS = ("prepare", "training")
+IN_PROCESS_FORBIDDEN = ("ray", "mlflow")
 MAX_FUNCTION_LINES = 80
 
 
@@ -54,6 +59,15 @@ def module_name(path: Path) -> str:
     return ".".join(parts)
 
 
+def absolute(module: str, is_package: bool, node: ast.ImportFrom) -> str:
+    """The module a `from` import names, relative imports (`from .loop import run`) resolved."""
+    if node.level == 0:
+        return node.module or ""
+    base = module.split(".") if is_package else module.split(".")[:-1]
+    base = base[: len(base) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
 def read_tree() -> tuple[dict[str, list[Import]], dict[str, Path]]:
     files = {module_name(p): p for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py")}
     graph: dict[str, list[Import]] = {}
@@ -62,14 +76,15 @@ def read_tree() -> tuple[dict[str, list[Import]], dict[str, Path]]:
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             if isinstance(node, ast.Import):
                 imports += [Import(a.name, (), node.lineno) for a in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            elif isinstance(node, ast.ImportFrom):
+                source = absolute(name, path.name == "__init__.py", node)
                 names = tuple(a.name for a in node.names)
                 # `from pipeline.training import loop` imports the module pipeline.training.loop
-                submodules = [n for n in names if f"{node.module}.{n}" in files]
-                imports += [Import(f"{node.module}.{n}", (), node.lineno) for n in submodules]
+                submodules = [n for n in names if f"{source}.{n}" in files]
+                imports += [Import(f"{source}.{n}", (), node.lineno) for n in submodules]
                 rest = tuple(n for n in names if n not in submodules)
                 if rest or not submodules:
-                    imports.append(Import(node.module, rest, node.lineno))
+                    imports.append(Import(source, rest, node.lineno))
         graph[name] = imports
     return graph, files
 
@@ -156,12 +171,34 @@ def private_imports(graph: dict[str, list[Import]]) -> list[str]:
     return out
 
 
+def _is(module: str, forbidden: tuple[str, ...]) -> bool:
+    return any(module == f or module.startswith(f + ".") for f in forbidden)
+
+
 def forbidden_in_methods(graph: dict[str, list[Import]]) -> list[str]:
     return [f"{module}:{imp.line} imports {imp.module}"
             for module, imports in graph.items() if room(module) == "methods"
             for imp in imports
-            if any(imp.module == f or imp.module.startswith(f + ".") for f in METHODS_FORBIDDEN)
-            or (imp.module == "torch" and "distributed" in imp.names)]
+            if _is(imp.module, METHODS_FORBIDDEN) or (imp.module == "torch" and "distributed" in imp.names)]
+
+
+def distributed_attributes(files: dict[str, Path]) -> list[str]:
+    """`torch.distributed.…` reached through a plain `import torch` in methods/."""
+    out = []
+    for name, path in files.items():
+        if room(name) != "methods":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (isinstance(node, ast.Attribute) and node.attr == "distributed"
+                    and isinstance(node.value, ast.Name) and node.value.id == "torch"):
+                out.append(f"{name}:{node.lineno} uses torch.distributed")
+    return out
+
+
+def forbidden_in_process(graph: dict[str, list[Import]]) -> list[str]:
+    return [f"{module}:{imp.line} imports {imp.module}"
+            for module, imports in graph.items() if room(module) in IN_PROCESS_ROOMS
+            for imp in imports if _is(imp.module, IN_PROCESS_FORBIDDEN)]
 
 
 def long_functions(files: dict[str, Path]) -> list[str]:
@@ -199,6 +236,11 @@ def test_no_module_imports_another_modules_private_names(tree):
 
 def test_methods_know_no_processes_trackers_or_file_locks(tree):
     assert forbidden_in_methods(tree[0]) == []
+    assert distributed_attributes(tree[1]) == []
+
+
+def test_prepare_and_training_know_neither_ray_nor_mlflow(tree):
+    assert forbidden_in_process(tree[0]) == []
 
 
 def test_no_function_is_longer_than_80_lines(tree):
@@ -268,6 +310,23 @@ def test_process_coordination_in_a_method_is_found():
     assert forbidden_in_methods(graph) == [
         "methods.minilm:1 imports fcntl", "methods.minilm:1 imports torch.distributed", "methods.minilm:1 imports torch",
     ]
+
+
+def test_relative_imports_are_resolved():
+    def first(source: str, module: str, is_package: bool = False) -> str:
+        node = ast.parse(source).body[0]
+        return absolute(module, is_package, node)
+
+    assert first("from .loop import run", "pipeline.training.trial") == "pipeline.training.loop"
+    assert first("from ..search import driver", "pipeline.training.trial") == "pipeline.search"
+    assert first("from .engine import Engine", "pipeline.training", is_package=True) == "pipeline.training.engine"
+
+
+def test_torch_distributed_through_import_torch_and_ray_in_a_trial_are_found(tmp_path):
+    (tmp_path / "m.py").write_text("import torch\n\ndef rank():\n    return torch.distributed.get_rank()\n")
+    assert distributed_attributes({"methods.minilm": tmp_path / "m.py"}) == ["methods.minilm:4 uses torch.distributed"]
+    graph = _graph({"pipeline.training.trial": [("ray", ())], "pipeline.search.worker": [("ray.train", ())]})
+    assert forbidden_in_process(graph) == ["pipeline.training.trial:1 imports ray"]
 
 
 def test_a_long_function_is_found(tmp_path):

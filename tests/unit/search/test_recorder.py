@@ -131,3 +131,11 @@ def test_tune_stores_a_stand_in_not_the_recorder(sweep):
     # Tune pickles its callbacks with its state; the recorder holds a live MLflow client
     restored = pickle.loads(pickle.dumps(sweep.recorder))
     assert type(restored) is tune.Callback
+
+
+def test_a_run_started_before_the_recorder_moved_still_unpickles():
+    # what a run's tuner.pkl holds for the callback of a sweep started before the search stage
+    # left pipeline/sweep.py: protocol-4 pickle of a call to pipeline.sweep._stand_in_callback()
+    old = (b"\x80\x04\x95,\x00\x00\x00\x00\x00\x00\x00\x8c\x0epipeline.sweep\x94\x8c\x12_stand_in_callback"
+           b"\x94\x93\x94)R\x94.")
+    assert type(pickle.loads(old)) is tune.Callback

@@ -104,11 +104,13 @@ def test_the_first_trial_builds_and_publishes_the_next_loads(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([shared.folder.name, shared.folder.name + ".lock"])
 
 
-def test_a_folder_left_by_a_trial_of_the_former_cache_that_died_is_built_again(tmp_path):
+@pytest.mark.parametrize("left", [["lock"], ["lock", "student.pt.4242.tmp"]])
+def test_a_folder_left_by_a_trial_of_the_former_cache_that_died_is_built_again(tmp_path, left):
     name = SharedWorkCache.open(Counting(), tmp_path, "teacher-key", ONE_RANK)
     name.close()
     (tmp_path / name.folder.name).mkdir()
-    (tmp_path / name.folder.name / "lock").write_text("")  # all a trial that died while distilling left
+    for file in left:  # what a trial that died while distilling left: its lock, maybe a half-write
+        (tmp_path / name.folder.name / file).write_text("")
     shared = build_and_publish(Counting(), tmp_path, 3.0)
     assert shared.folder == name.folder and json.loads((shared.folder / "value.json").read_text()) == 3.0
     again = Counting()

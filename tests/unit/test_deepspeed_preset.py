@@ -13,14 +13,15 @@ import pytest
 from pipeline.config import load_deepspeed_preset, load_spec, spec_from_dict
 from pipeline.errors import SpecError
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[2]
 SMOKE = ROOT / "sweeps" / "smoke.yaml"
 DEEPSPEED = ["resources.strategy=deepspeed", "resources.deepspeed.zero_stage=2"]
 
 
 def preset_problem(path: Path, *overrides: str) -> str:
+    spec = load_spec(SMOKE, [*DEEPSPEED, f"resources.deepspeed.preset={path}", *overrides])  # loading reads no file
     with pytest.raises(SpecError) as info:
-        load_spec(SMOKE, [*DEEPSPEED, f"resources.deepspeed.preset={path}", *overrides])
+        load_deepspeed_preset(spec)
     (problem,) = info.value.problems
     return problem
 
