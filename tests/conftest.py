@@ -46,7 +46,8 @@ TINY_TEXTS = [
 # together (docs/stack-facts.md, "Test files in xdist").
 LONGEST_FIRST = [
     "integration/search/test_sweep.py", "integration/test_retrain.py", "integration/search/test_multinode.py",
-    "integration/search/test_sweep_resume.py", "integration/training/test_distributed_loop.py",
+    "integration/search/test_sweep_resume.py", "integration/training/test_deepspeed_equivalence.py",
+    "integration/training/test_distributed_loop.py",
 ]
 
 

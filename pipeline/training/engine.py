@@ -205,6 +205,14 @@ class Engine:
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
 
+    def close(self) -> None:
+        """Release what the engine hung on the parameters. A DeepSpeed engine registers gradient
+        hooks and keeps its optimizer's partitions of the same parameters the next phase trains:
+        left alive, the next phase's engine would run beside it."""
+        if self.deepspeed is not None:
+            self.deepspeed.destroy()
+            self.deepspeed = None
+
 
 def deepspeed_config(train: TrainConfig, dist: Distributed, micro_batch: int) -> dict[str, Any]:
     config: dict[str, Any] = dict(dist.deepspeed_preset or {})
@@ -212,6 +220,13 @@ def deepspeed_config(train: TrainConfig, dist: Distributed, micro_batch: int) ->
         {
             "train_micro_batch_size_per_gpu": micro_batch,
             "gradient_accumulation_steps": train.grad_accumulation,
+            # The loop calls backward once per micro-batch and step() once per optimizer step.
+            # DeepSpeed's default (managed) accumulation counts micro-steps inside step() instead,
+            # so with k > 1 it would update once every k of our steps, with k times the gradient
+            # and the LR schedule k times too slow. Unmanaged, step() is the boundary; backward
+            # still divides each micro-batch's loss by k (tests/integration/training/
+            # test_deepspeed_equivalence.py holds DeepSpeed to DDP's steps, rates and weights).
+            "managed_gradient_accumulation": False,
             "train_batch_size": micro_batch * train.grad_accumulation * dist.world_size,
             "gradient_clipping": train.max_grad_norm,
             "zero_optimization": {**config.get("zero_optimization", {}), "stage": dist.zero_stage},

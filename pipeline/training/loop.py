@@ -290,17 +290,20 @@ class TrainingRun:
         if self.bar is not None:
             self.bar.n = self.state.step
             self.bar.set_description(phase.name)
-        for phase_step in range(first_step, phase.steps):
-            progress = Progress(self.state.step, self.planned, phase.name, phase_step, phase.steps)
-            schedule_values = method.on_step(progress)
-            self.optimizer_step(engine, phase, progress)
-            phase_done = phase_step + 1 == phase.steps
-            if self.state.step % self.log_every == 0 or phase_done:
-                self.log_row(engine, schedule_values)
-            if phase.evaluate and (self.state.step % self.eval_every == 0 or phase_done):
-                last = phase_done and phase_index + 1 == len(plan)
-                metrics = self.evaluate(phase, phase_index, phase_step, last)
-                self.report(metrics, schedule_values, self.checkpoint(engine, phase_index, phase_step, phase_done))
+        try:
+            for phase_step in range(first_step, phase.steps):
+                progress = Progress(self.state.step, self.planned, phase.name, phase_step, phase.steps)
+                schedule_values = method.on_step(progress)
+                self.optimizer_step(engine, phase, progress)
+                phase_done = phase_step + 1 == phase.steps
+                if self.state.step % self.log_every == 0 or phase_done:
+                    self.log_row(engine, schedule_values)
+                if phase.evaluate and (self.state.step % self.eval_every == 0 or phase_done):
+                    last = phase_done and phase_index + 1 == len(plan)
+                    metrics = self.evaluate(phase, phase_index, phase_step, last)
+                    self.report(metrics, schedule_values, self.checkpoint(engine, phase_index, phase_step, phase_done))
+        finally:
+            engine.close()  # one engine per phase: the next phase's must not run beside this one
 
     def optimizer_step(self, engine: Engine, phase: Phase, progress: Progress) -> None:
         """One optimizer step over `grad_accumulation` micro-batches; every rank stops together
