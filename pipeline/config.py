@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from pipeline.errors import SpecError
 
@@ -209,7 +209,7 @@ class TrainConfig(_Model):
     max_grad_norm: Annotated[float, Field(ge=0)] = 1.0  # 0 disables clipping
     grad_accumulation: PositiveInt = 1
     eval_every: PositiveInt | None = None  # steps; None: at the end of every epoch
-    bf16: Literal["auto", "on", "off"] = "auto"  # auto: bf16 autocast on a GPU that supports it
+    bf16: Literal["auto", "on", "off"] = "auto"  # auto: bf16 autocast on a GPU with bf16 in hardware (8.0+)
     progress_bar: bool = True
 
     @field_validator("bf16", mode="before")
@@ -268,6 +268,17 @@ class ResourcesConfig(_Model):
     # `workers`: one Ray Train run with a trial's workers, GPUs and strategy. auto: workers when
     # trials use GPUs (the driver sits on a cluster's head node, which has none), else driver.
     teacher_placement: Literal["auto", "driver", "workers"] = "auto"
+
+    @field_validator("gpus_per_worker")
+    @classmethod
+    def _whole_gpus_for_the_ranks_of_a_trial(cls, gpus: float, info: ValidationInfo) -> float:
+        """The ranks of one trial talk over NCCL, which refuses two ranks on one GPU: a fraction
+        (or 1.5) would let Ray place two of them on the same device. Alone, a trial may take a
+        fraction, and trials then share GPUs (they never talk to each other)."""
+        if info.data.get("use_gpu") and info.data.get("workers_per_trial", 1) > 1 and gpus != int(gpus):
+            raise ValueError(f"{gpus:g} GPUs per worker would put two ranks of a trial on one GPU, which NCCL "
+                             "refuses; give each worker whole GPUs (1 or more), or use one worker per trial")
+        return gpus
 
     def teacher_on_workers(self) -> bool:
         return self.teacher_placement == "workers" or (self.teacher_placement == "auto" and self.use_gpu)

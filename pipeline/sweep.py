@@ -25,7 +25,7 @@ from pipeline.config import SweepSpec, load_deepspeed_preset, spec_to_dict
 from pipeline.errors import DrydockError
 from pipeline.prepare.stage import prepare
 from pipeline.search.driver import SearchContext
-from pipeline.search.ray_instance import init_ray, max_concurrent
+from pipeline.search.ray_instance import check_gpu_workers, init_ray, max_concurrent
 from pipeline.search.recorder import SweepRecorder
 from pipeline.search.space import expand_trials
 from pipeline.search.state import end_run, open_run, run_storage, start_run
@@ -64,6 +64,7 @@ def run_sweep(spec: SweepSpec, workdir: Path, *, resume: bool = False, address: 
 
     init_ray(address or spec.resources.address, spec.resources.use_gpu)
     concurrency = max_concurrent(spec, log)  # before the teacher, which needs a trial's resources too
+    check_gpu_workers(spec, log)
     storage = run_storage(spec, run.paths)
     teacher = teacher_stage(spec, prepared, workdir, storage_path=storage.train, deepspeed_preset=deepspeed_preset, log=log)
     metric_name = prepared.data.task.primary_metric

@@ -85,6 +85,39 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+# How long the sweep waits for a GPU of the cluster to answer whether torch sees CUDA there.
+GPU_PROBE_TIMEOUT_S = 300
+
+
+def cuda_here() -> dict[str, Any]:
+    """What a task given a GPU sees of CUDA on its node (run as a Ray task by `check_gpu_workers`)."""
+    import torch
+
+    available = torch.cuda.is_available()
+    return {"available": available, "torch": torch.__version__, "cuda": torch.version.cuda,
+            "visible": os.environ.get("CUDA_VISIBLE_DEVICES"), "host": socket.gethostname(),
+            "capability": list(torch.cuda.get_device_capability(0)) if available else None}
+
+
+def check_gpu_workers(spec: SweepSpec, log: Callable[[str], None] = print) -> None:
+    """With `use_gpu`, one task on a GPU of the cluster must see CUDA, before any work. Ray hands
+    out GPUs by its resource count; a node whose torch has no CUDA (a CPU build in the image, no
+    driver) would otherwise train every trial on its CPU while NCCL waits for a device."""
+    if not spec.resources.use_gpu or not ray.cluster_resources().get("GPU"):
+        return  # no GPU yet (an autoscaling cluster): max_concurrent has said what happens
+    probe = ray.remote(num_cpus=0, num_gpus=min(1.0, spec.resources.gpus_per_worker))(cuda_here)
+    try:
+        seen = ray.get(probe.remote(), timeout=GPU_PROBE_TIMEOUT_S)
+    except ray.exceptions.GetTimeoutError:
+        log(f"search: no GPU of the cluster answered within {GPU_PROBE_TIMEOUT_S} s; CUDA is checked by each trial instead")
+        return
+    if not seen["available"]:
+        raise DrydockError(
+            f"resources.use_gpu: a GPU task on {seen['host']} (CUDA_VISIBLE_DEVICES={seen['visible']}) sees no CUDA "
+            f"device: torch {seen['torch']} there was built {'without CUDA' if not seen['cuda'] else 'for CUDA ' + seen['cuda'] + ' but finds no driver or device'}. "
+            "Run the sweep on nodes with a CUDA build of torch and a GPU driver, or set resources.use_gpu: false")
+
+
 def max_concurrent(spec: SweepSpec, log: Callable[[str], None] = print) -> int:
     """How many trials run at once: as many as the cluster holds now, or the spec's number.
 

@@ -20,6 +20,7 @@ import ray.train
 import torch
 
 from pipeline.config import ResourcesConfig, SweepSpec, spec_from_dict
+from pipeline.errors import DrydockError
 from pipeline.prepare.stage import prepare
 from pipeline.search.outcome import write_outcome
 from pipeline.search.space import TrialSpec
@@ -62,7 +63,10 @@ def _landed(config: dict[str, Any]) -> tuple[SweepSpec, Distributed]:
 def _distributed(resources: ResourcesConfig, preset: dict[str, Any] | None) -> Distributed:
     context = ray.train.get_context()
     world, rank = context.get_world_size(), context.get_world_rank()
-    if resources.use_gpu and torch.cuda.is_available():
+    if resources.use_gpu:
+        if not torch.cuda.is_available():  # the sweep checked one GPU node; this one may differ
+            raise DrydockError(f"resources.use_gpu: this Train worker ({ray.util.get_node_ip_address()}) was given a GPU "
+                               f"but torch {torch.__version__} sees no CUDA device; it will not train on the CPU")
         device = ray.train.torch.get_device()
         torch.cuda.set_device(device)
     else:
@@ -88,8 +92,9 @@ def train_worker(config: dict[str, Any]) -> None:
             spec, trial.method, trial.params, trial.seed, workdir, output_dir,
             prepared=prepare(spec, workdir), teacher=teacher, dist=dist, reporter=RayReporter(), log=lambda _: None,
         )  # the export is verified by the sweep's recorder, in one long-lived fresh process
-    except loop.TrainingDiverged as e:
-        # Not retryable (it would diverge again): record it and end the trial normally.
+    except (loop.TrainingDiverged, DrydockError) as e:
+        # Not retryable (it would diverge again; a setting or input is wrong): record it and end
+        # the trial normally.
         if rank == 0:
             write_outcome(output_dir, {"status": "failed", "error": str(e)})
         return

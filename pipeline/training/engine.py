@@ -240,10 +240,17 @@ def deepspeed_config(train: TrainConfig, dist: Distributed, micro_batch: int) ->
     return config
 
 
+def native_bf16(capability: tuple[int, int]) -> bool:
+    """bf16 in hardware: compute capability 8.0 (Ampere) and later. `torch.cuda.is_bf16_supported()`
+    also says yes on V100 and T4 (7.x), which emulate it, slower than fp32: `bf16: auto` must not
+    pick it there."""
+    return capability >= (8, 0)
+
+
 def _use_bf16(train: TrainConfig, dist: Distributed) -> bool:
     if train.bf16 == "off" or dist.device.type != "cuda":
         return False
-    return train.bf16 == "on" or torch.cuda.is_bf16_supported()
+    return train.bf16 == "on" or native_bf16(torch.cuda.get_device_capability(dist.device))
 
 
 def _autocast(train: TrainConfig, dist: Distributed):

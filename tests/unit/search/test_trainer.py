@@ -18,11 +18,11 @@ BASE = {"name": "t", "task": {"name": "synthetic", "source": "synthetic"},
 
 
 def test_train_resources_come_from_the_validated_spec():
-    spec = spec_from_dict({**BASE, "resources": {"workers_per_trial": 2, "cpus_per_worker": 3, "use_gpu": True, "gpus_per_worker": 0.5},
+    spec = spec_from_dict({**BASE, "resources": {"workers_per_trial": 2, "cpus_per_worker": 3, "use_gpu": True, "gpus_per_worker": 2},
                            "search": {"max_failures": 4}})
     resources = TrainResources.of(spec)
-    assert resources == TrainResources(num_workers=2, use_gpu=True, cpus_per_worker=3.0, gpus_per_worker=0.5, max_failures=4)
-    assert resources.per_worker() == {"CPU": 3.0, "GPU": 0.5}
+    assert resources == TrainResources(num_workers=2, use_gpu=True, cpus_per_worker=3.0, gpus_per_worker=2.0, max_failures=4)
+    assert resources.per_worker() == {"CPU": 3.0, "GPU": 2.0}
     assert TrainResources.of(spec_from_dict(BASE)).per_worker() == {"CPU": 1.0}  # no GPU asked for, none reserved
 
 
