@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -140,12 +140,20 @@ class Engine:
         step_module = TrainStep(method)
         self.optimizer, self.scheduler = build_optimizer(groups, phase, train.warmup_ratio)
         self.deepspeed = None
+        self.trainable = [p for g in groups for p in g.params]
+        self._full_precision_frozen: list[tuple[nn.Parameter, torch.Tensor]] = []
         if dist.strategy == "deepspeed":
             import deepspeed
 
             if dist.device.type == "cpu":
                 skip_cpu_shm_build()
             config = deepspeed_config(train, dist, micro_batch)
+            if config["bf16"]["enabled"]:
+                # DeepSpeed casts the whole module to bf16 and keeps fp32 masters of the trained
+                # parameters only: the frozen ones (a Theseus hybrid's teacher layers) are kept
+                # here, so that what is exported and checkpointed is full precision.
+                trained = {id(p) for p in self.trainable}
+                self._full_precision_frozen = [(p, p.detach().clone()) for p in method.model.parameters() if id(p) not in trained]
             self.deepspeed, self.optimizer, _, self.scheduler = deepspeed.initialize(
                 model=step_module, optimizer=self.optimizer, lr_scheduler=self.scheduler, config=config
             )
@@ -158,8 +166,39 @@ class Engine:
             self.module = DistributedDataParallel(step_module, device_ids=device_ids, find_unused_parameters=True)
         else:
             self.module = step_module
-        self.trainable = [p for g in groups for p in g.params]
+        self.model = method.model
         self.autocast = _autocast(train, dist)
+
+    @property
+    def low_precision(self) -> bool:
+        """DeepSpeed holds the module in bf16 and the trained weights' fp32 masters itself."""
+        return self.deepspeed is not None and self.deepspeed.bfloat16_enabled()
+
+    def _full_precision_values(self) -> list[tuple[nn.Parameter, torch.Tensor]]:
+        """Every parameter of the module with its fp32 value: the optimizer's master for the trained
+        ones (assembled across ranks: a collective, so every rank calls this at the same point),
+        the copy kept at start for the frozen ones."""
+        from deepspeed.utils import safe_get_full_fp32_param
+
+        masters = [(p, safe_get_full_fp32_param(p).detach().clone()) for p in self.trainable]
+        return masters + self._full_precision_frozen
+
+    @contextlib.contextmanager
+    def full_precision(self) -> Iterator[None]:
+        """The module's parameters at full precision while the block runs (a state to keep: the
+        best evaluation's, a checkpoint's), then back to what trains."""
+        if not self.low_precision:
+            yield
+            return
+        values = self._full_precision_values()
+        training = [(p, p.data) for p, _ in values]
+        for p, value in values:
+            p.data = value
+        try:
+            yield
+        finally:
+            for p, data in training:
+                p.data = data
 
     def micro_step(self, batch: dict[str, torch.Tensor], progress: Progress, scale: float) -> dict[str, torch.Tensor]:
         with self.autocast():
@@ -210,6 +249,10 @@ class Engine:
         hooks and keeps its optimizer's partitions of the same parameters the next phase trains:
         left alive, the next phase's engine would run beside it."""
         if self.deepspeed is not None:
+            if self.low_precision:  # the module leaves the phase as it came, in float32
+                for p, value in self._full_precision_values():
+                    p.data = value
+                self.model.float()
             self.deepspeed.destroy()
             self.deepspeed = None
 
@@ -235,8 +278,8 @@ def deepspeed_config(train: TrainConfig, dist: Distributed, micro_batch: int) ->
             "wall_clock_breakdown": False,
         }
     )
-    if _use_bf16(train, dist):
-        config["bf16"] = {"enabled": True}
+    # train.bf16 decides, whatever a preset says: one switch, and the loop knows its state
+    config["bf16"] = {**config.get("bf16", {}), "enabled": _use_bf16(train, dist)}
     return config
 
 
@@ -248,12 +291,14 @@ def native_bf16(capability: tuple[int, int]) -> bool:
 
 
 def _use_bf16(train: TrainConfig, dist: Distributed) -> bool:
-    if train.bf16 == "off" or dist.device.type != "cuda":
-        return False
-    return train.bf16 == "on" or native_bf16(torch.cuda.get_device_capability(dist.device))
+    """`on`: bf16 on any device (DeepSpeed's CPU accelerator and CPU autocast have it too); `auto`:
+    on a GPU with bf16 in hardware; `off`: never."""
+    if train.bf16 != "auto":
+        return train.bf16 == "on"
+    return dist.device.type == "cuda" and native_bf16(torch.cuda.get_device_capability(dist.device))
 
 
 def _autocast(train: TrainConfig, dist: Distributed):
     if _use_bf16(train, dist) and dist.strategy != "deepspeed":  # DeepSpeed casts itself
-        return lambda: torch.autocast("cuda", dtype=torch.bfloat16)
+        return lambda: torch.autocast(dist.device.type, dtype=torch.bfloat16)
     return contextlib.nullcontext

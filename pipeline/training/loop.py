@@ -300,7 +300,7 @@ class TrainingRun:
                     self.log_row(engine, schedule_values)
                 if phase.evaluate and (self.state.step % self.eval_every == 0 or phase_done):
                     last = phase_done and phase_index + 1 == len(plan)
-                    metrics = self.evaluate(phase, phase_index, phase_step, last)
+                    metrics = self.evaluate(engine, phase, phase_index, phase_step, last)
                     self.report(metrics, schedule_values, self.checkpoint(engine, phase_index, phase_step, phase_done))
         finally:
             engine.close()  # one engine per phase: the next phase's must not run beside this one
@@ -336,8 +336,9 @@ class TrainingRun:
         self.state.history.append(row)
 
     # -- evaluation, best state, checkpoint, report --------------------------------------------
-    def evaluate(self, phase: Phase, phase_index: int, phase_step: int, last: bool) -> dict[str, float]:
-        """The task metrics on the dev set; the best selectable evaluation's state is kept."""
+    def evaluate(self, engine: Engine, phase: Phase, phase_index: int, phase_step: int, last: bool) -> dict[str, float]:
+        """The task metrics on the dev set; the best selectable evaluation's state is kept, at
+        full precision (what is exported is its float32 weights, whatever trained in bf16)."""
         metrics = evaluate(self.method.eval_model(), self.dev, self.task, self.train.eval_batch_size, self.dist.device, self.pad_id)
         metrics["step"] = float(self.state.step)
         if not last:
@@ -348,7 +349,8 @@ class TrainingRun:
             metrics["progress"] = labeled / self.labeled_total
         best = self.state.best_metrics
         if phase.select and (best is None or metrics[self.primary_key] > best[self.primary_key]):
-            self.state.best_state, self.state.best_metrics = self.method.state_dict(), dict(metrics)
+            with engine.full_precision():
+                self.state.best_state, self.state.best_metrics = self.method.state_dict(), dict(metrics)
         self.state.final_metrics = dict(metrics)
         return metrics
 
@@ -356,11 +358,13 @@ class TrainingRun:
         """What `save(directory)` writes: the engine's state mid-phase (a finished phase's
         optimizer is not needed again) and, on rank 0, the loop's snapshot."""
         state = self.state
+        with engine.full_precision():
+            method_state = self.method.state_dict()
         snapshot = {
             "phase_index": phase_index + 1 if phase_done else phase_index,
             "phase_step": 0 if phase_done else phase_step + 1,
             "step": state.step,
-            "method": self.method.state_dict(),
+            "method": method_state,
             "streams": {k: s.state() for k, s in self.streams.items()},
             "best": state.best_state,
             "best_metrics": state.best_metrics,

@@ -70,7 +70,8 @@ def teacher_key(spec: SweepSpec, prepared: Prepared) -> str:
     if spec.train.max_grad_norm != TrainConfig.model_fields["max_grad_norm"].default:
         content["max_grad_norm"] = spec.train.max_grad_norm
     r = spec.resources
-    if spec.train.bf16 != "off" and r.use_gpu and r.teacher_on_workers():  # bf16 autocast on the GPU workers
+    # bf16 wherever `on` says so; with `auto`, on the GPU workers (engine._use_bf16)
+    if spec.train.bf16 == "on" or (spec.train.bf16 == "auto" and r.use_gpu and r.teacher_on_workers()):
         content["precision"] = "bf16"
     if Path(t.model).is_dir():  # a local checkpoint updated in place at the same path is another teacher
         content["model_files"] = folder_digest(Path(t.model))

@@ -534,7 +534,9 @@ def test_preset_merged_by_the_loop_is_a_valid_deepspeed_config(path):
     assert merged["zero_optimization"] == preset["zero_optimization"]  # the preset's ZeRO settings survive
     config = DeepSpeedConfig(merged)  # its schema rejects unknown or mistyped ZeRO / bf16 keys
     assert config.zero_optimization_stage == stage
-    assert config.bfloat16_config.enabled is preset.get("bf16", {}).get("enabled", False)
+    for switch, enabled in (("on", True), ("off", False)):  # train.bf16 decides, whatever the preset says
+        merged = deepspeed_config(TrainConfig(batch_size=32, bf16=switch), dist, micro_batch=32)
+        assert DeepSpeedConfig(merged).bfloat16_config.enabled is enabled
 
 
 # ----------------------------------------------------------------------------------------------
