@@ -213,6 +213,7 @@ class TrainingRun:
         self.losses = LossMeans()
         self.streams: dict[str, BatchStream] = {}
         self.resuming: Resume | None = None
+        self.best_is_current = False  # the latest evaluation is the best one (its state is best_state)
         self.bar = None
         self.shared: SharedWorkCache | None = None
         self.primary_key = f"eval/{task.primary_metric}"
@@ -348,7 +349,8 @@ class TrainingRun:
             metrics["epoch"] = labeled / self.method.ctx.steps_per_epoch
             metrics["progress"] = labeled / self.labeled_total
         best = self.state.best_metrics
-        if phase.select and (best is None or metrics[self.primary_key] > best[self.primary_key]):
+        self.best_is_current = phase.select and (best is None or metrics[self.primary_key] > best[self.primary_key])
+        if self.best_is_current:
             with engine.full_precision():
                 self.state.best_state, self.state.best_metrics = self.method.state_dict(), dict(metrics)
         self.state.final_metrics = dict(metrics)
@@ -358,8 +360,11 @@ class TrainingRun:
         """What `save(directory)` writes: the engine's state mid-phase (a finished phase's
         optimizer is not needed again) and, on rank 0, the loop's snapshot."""
         state = self.state
-        with engine.full_precision():
-            method_state = self.method.state_dict()
+        if self.best_is_current:  # the state evaluate() just kept: one copy in memory and on disk
+            method_state = state.best_state  # (torch.save writes tensors shared by two entries once)
+        else:
+            with engine.full_precision():
+                method_state = self.method.state_dict()
         snapshot = {
             "phase_index": phase_index + 1 if phase_done else phase_index,
             "phase_step": 0 if phase_done else phase_step + 1,

@@ -171,3 +171,30 @@ def test_loss_means_keep_one_window_per_log_row_and_one_per_report():
     assert means.take_row() == {"loss/kd": 5.0, "loss/task": 1.0, "loss/total": 6.0}
     assert means.take_since_eval() == {"loss/kd": 3.0, "loss/task": 1.0, "loss/total": pytest.approx(14 / 3)}
     assert means.take_since_eval() == {}
+
+
+def test_a_checkpoint_holds_the_weights_once_when_the_latest_evaluation_is_the_best(tmp_path, monkeypatch):
+    scores = iter([0.5, 0.75, 0.7])  # evaluation 2 is the best: at 2 the states coincide, at 3 they differ
+    real = evaluation.evaluate
+
+    def rising(*args, **kwargs):
+        return {**real(*args, **kwargs), "eval/accuracy": next(scores)}
+
+    monkeypatch.setattr(loop, "evaluate", rising)
+    sizes = []
+    reporter = loop.LocalReporter(checkpoint_dir=tmp_path / "ckpt")
+    original = reporter.report
+
+    def report(metrics, save):
+        original(metrics, save)
+        saved = torch.load(tmp_path / "ckpt" / loop.CHECKPOINT_FILE, weights_only=True)
+        sizes.append((tmp_path / "ckpt" / loop.CHECKPOINT_FILE).stat().st_size)
+        shared = saved["best"]["model"].keys() & saved["method"]["model"].keys()
+        equal = all(torch.equal(saved["best"]["model"][k], saved["method"]["model"][k]) for k in shared)
+        assert equal is (metrics["eval/accuracy"] == 0.75 or metrics["step"] == 2.0), metrics
+
+    reporter.report = report
+    method = kd_method()
+    _run(method, reporter=reporter, max_steps=6, eval_every=2)
+    weights = sum(v.numel() * v.element_size() for v in method.state_dict()["model"].values())
+    assert sizes[1] < 1.5 * weights < sizes[2]  # the best's state and the current one: once when equal, twice apart
