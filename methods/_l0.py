@@ -139,7 +139,7 @@ def lagrangian_penalty(
 ) -> torch.Tensor:
     """λ1·(ŝ − t) + λ2·(ŝ − t)²: minimised over the masks, maximised over λ1, λ2."""
     gap = sparsity - target
-    return lambda1 * gap + lambda2 * gap * gap
+    return (lambda1 * gap + lambda2 * gap * gap).sum()  # a scalar for scalar or one-element λ
 
 
 def target_sparsity_at(step: int, warmup_steps: int, final: float) -> float:
@@ -224,9 +224,20 @@ class HardConcreteMasks(nn.Module):
 
 
 class LagrangeMultipliers(nn.Module):
-    """λ1 and λ2, both starting at 0 and trained by gradient ascent."""
+    """λ1 and λ2, both starting at 0 and trained by gradient ascent.
+
+    One-element vectors, not 0-dim scalars: DeepSpeed's start-up broadcast of the module views
+    every parameter as bytes, which a 0-dim float cannot be (`tests/integration/training/
+    test_deepspeed_equivalence.py` runs CoFi under DeepSpeed). States saved with 0-dim λ load."""
 
     def __init__(self):
         super().__init__()
-        self.lambda1 = nn.Parameter(torch.zeros(()))
-        self.lambda2 = nn.Parameter(torch.zeros(()))
+        self.lambda1 = nn.Parameter(torch.zeros(1))
+        self.lambda2 = nn.Parameter(torch.zeros(1))
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):  # noqa: ANN001 - torch's hook
+        for name in ("lambda1", "lambda2"):
+            value = state_dict.get(prefix + name)
+            if value is not None and value.dim() == 0:
+                state_dict[prefix + name] = value.reshape(1)
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)

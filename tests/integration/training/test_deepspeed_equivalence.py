@@ -45,8 +45,10 @@ def _train(rank: int, method_name: str, strategy: str, zero_stage: int, accumula
         method, _ = make_method(method_name)
         train = TrainConfig(max_steps=4, batch_size=16, grad_accumulation=accumulation, learning_rate=1e-3,
                             warmup_ratio=0.25, eval_every=4, progress_bar=False)
+        unlabeled = tiny_dataset(24, seed=2, labels=False) if method.unlabeled() is not None else None
         result = loop.run(
             method, train_set=tiny_dataset(), dev={"dev": tiny_dataset(16, seed=1)}, task=_Task(), train=train, seed=0,
+            unlabeled_set=unlabeled,
             dist=engine.Distributed(strategy=strategy, world_size=WORLD, rank=rank, zero_stage=zero_stage), log_every=1,
         )
         lrs = [{k: v for k, v in row.items() if k.startswith("lr/")} for row in result.history]
@@ -68,8 +70,8 @@ def train(tmp_path, method_name: str, strategy: str, zero_stage: int, accumulati
 
 
 def assert_same_training(deepspeed: dict, ddp: dict) -> None:
-    assert deepspeed["steps"] == ddp["steps"] == 4
-    assert len(deepspeed["lrs"]) == len(ddp["lrs"]) == 4  # one log row per optimizer step
+    assert deepspeed["steps"] == ddp["steps"] >= 4
+    assert len(deepspeed["lrs"]) == len(ddp["lrs"]) == ddp["steps"]  # one log row per optimizer step
     for got, want in zip(deepspeed["lrs"], ddp["lrs"]):
         assert got.keys() == want.keys()
         assert [got[k] for k in sorted(got)] == pytest.approx([want[k] for k in sorted(want)], rel=1e-9)
@@ -86,12 +88,16 @@ def test_kd_trains_alike_under_ddp_and_every_zero_stage(tmp_path, accumulation):
         assert_same_training(train(tmp_path, "kd", "deepspeed", stage, accumulation), ddp)
 
 
-def test_a_two_phase_method_trains_alike_and_leaves_no_engine_behind(tmp_path):
-    """Theseus' constant schedule: replacing, then successor fine-tuning, each phase with its own
-    DeepSpeed engine over the same parameters. A phase's engine hangs gradient hooks on them that
-    keep it and its optimizer's partitions alive: it must be destroyed when its phase ends."""
-    ddp = train(tmp_path, "theseus", "ddp", 0, 2)
-    deepspeed = train(tmp_path, "theseus", "deepspeed", 1, 2)
+@pytest.mark.parametrize(("method_name", "stage"), [("theseus", 1), ("minilm", 1), ("cofi", 2)])
+def test_a_multi_phase_method_trains_alike_and_leaves_no_engine_behind(tmp_path, method_name, stage):
+    """Each phase has its own DeepSpeed engine over the same parameters: Theseus' replacing then
+    successor fine-tuning, MiniLM's distillation on unlabeled text then fine-tuning, CoFi's
+    distillation warm-up, pruning with Lagrange multipliers ascending, then the pruned model's
+    fine-tuning. A phase's engine hangs gradient hooks on the parameters that keep it and its
+    optimizer's partitions alive: it must be destroyed when its phase ends. (CoFi did not start
+    under DeepSpeed before: its 0-dim λ broke DeepSpeed's start-up broadcast.)"""
+    ddp = train(tmp_path, method_name, "ddp", 0, 2)
+    deepspeed = train(tmp_path, method_name, "deepspeed", stage, 2)
     assert_same_training(deepspeed, ddp)
     assert deepspeed["engines_alive"] == 0
 

@@ -190,3 +190,12 @@ def test_binarise_keeps_fewer_units_as_the_offset_falls():
     sparsities = [float(expected_sparsity(binarise(log_alphas, o), 32)) for o in (-6.0, -3.0, 0.0, 3.0, 6.0)]
     assert sparsities == sorted(sparsities, reverse=True) and sparsities[0] > sparsities[-1]
     assert binarise(log_alphas, -100.0).hidden.sum() == 1  # the last hidden dimension stays
+
+
+def test_lagrange_multipliers_are_one_element_vectors_and_load_states_saved_as_scalars():
+    multipliers = LagrangeMultipliers()
+    assert multipliers.lambda1.shape == (1,) and multipliers.lambda2.shape == (1,)  # DeepSpeed broadcasts them as bytes
+    multipliers.load_state_dict({"lambda1": torch.tensor(0.25), "lambda2": torch.tensor(-1.5)})  # a checkpoint of before
+    assert multipliers.lambda1.tolist() == [0.25] and multipliers.lambda2.tolist() == [-1.5]
+    penalty = lagrangian_penalty(torch.tensor(0.7), 0.5, multipliers.lambda1, multipliers.lambda2)
+    assert penalty.dim() == 0 and float(penalty) == pytest.approx(0.25 * 0.2 - 1.5 * 0.04)
