@@ -660,4 +660,9 @@ def load_deepspeed_preset(spec: SweepSpec) -> dict[str, Any] | None:
     stage = zero.get("stage") if isinstance(zero, dict) else None
     if stage is not None and stage != ds.zero_stage:
         raise SpecError(f"{field}: {path} sets ZeRO stage {stage}, but resources.deepspeed.zero_stage is {ds.zero_stage}")
+    if isinstance(zero, dict) and zero.get("overlap_comm") and ds.zero_stage < 2:
+        # drydock steps DeepSpeed with unmanaged accumulation (pipeline/training/engine.py), which
+        # DeepSpeed 0.19 allows with overlap_comm only at stage 2 (an assertion in every trial)
+        raise SpecError(f"{field}: {path} sets overlap_comm, which drydock's accumulation supports only with "
+                        f"ZeRO stage 2 (resources.deepspeed.zero_stage is {ds.zero_stage})")
     return preset

@@ -180,7 +180,18 @@ class Engine:
         the copy kept at start for the frozen ones."""
         from deepspeed.utils import safe_get_full_fp32_param
 
-        masters = [(p, safe_get_full_fp32_param(p).detach().clone()) for p in self.trainable]
+        optimizer = self.deepspeed.optimizer
+        # ZeRO 0 under bf16 wraps the optimizer in an unfused one that keeps its masters in
+        # fp32_groups, beside fp16_groups, and maps no parameter (safe_get_full_fp32_param: None)
+        unfused = {id(low): high for lows, highs in zip(getattr(optimizer, "fp16_groups", []), getattr(optimizer, "fp32_groups", []))
+                   for low, high in zip(lows, highs)}
+        masters = []
+        for p in self.trainable:
+            value = safe_get_full_fp32_param(p)
+            value = value if value is not None else unfused.get(id(p))
+            if value is None:
+                raise RuntimeError(f"DeepSpeed's {type(optimizer).__name__} holds no float32 master of a trained parameter")
+            masters.append((p, value.detach().clone().float()))
         return masters + self._full_precision_frozen
 
     @contextlib.contextmanager
@@ -244,12 +255,14 @@ class Engine:
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
 
-    def close(self) -> None:
+    def close(self, restore: bool = True) -> None:
         """Release what the engine hung on the parameters. A DeepSpeed engine registers gradient
         hooks and keeps its optimizer's partitions of the same parameters the next phase trains:
-        left alive, the next phase's engine would run beside it."""
+        left alive, the next phase's engine would run beside it. `restore=False` (a phase that
+        raised) skips putting the full-precision weights back: that assembles them across ranks,
+        a collective the other ranks may never join."""
         if self.deepspeed is not None:
-            if self.low_precision:  # the module leaves the phase as it came, in float32
+            if restore and self.low_precision:  # the module leaves the phase as it came, in float32
                 for p, value in self._full_precision_values():
                     p.data = value
                 self.model.float()

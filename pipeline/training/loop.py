@@ -303,8 +303,10 @@ class TrainingRun:
                     last = phase_done and phase_index + 1 == len(plan)
                     metrics = self.evaluate(engine, phase, phase_index, phase_step, last)
                     self.report(metrics, schedule_values, self.checkpoint(engine, phase_index, phase_step, phase_done))
-        finally:
-            engine.close()  # one engine per phase: the next phase's must not run beside this one
+        except BaseException:
+            engine.close(restore=False)
+            raise
+        engine.close()  # one engine per phase: the next phase's must not run beside this one
 
     def optimizer_step(self, engine: Engine, phase: Phase, progress: Progress) -> None:
         """One optimizer step over `grad_accumulation` micro-batches; every rank stops together

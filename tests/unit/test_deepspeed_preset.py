@@ -71,3 +71,13 @@ def test_drydock_validate_reports_the_preset_and_exits_2(tmp_path):
     assert run.returncode == 2, run.stderr
     assert f"resources.deepspeed.preset: {tmp_path / 'none.json'} is not a file" in run.stderr + run.stdout
     assert "Traceback" not in run.stderr
+
+
+def test_overlap_comm_is_refused_below_zero_stage_2(tmp_path):
+    path = tmp_path / "overlap.json"
+    path.write_text(json.dumps({"zero_optimization": {"overlap_comm": True}}))
+    assert preset_problem(path, "resources.deepspeed.zero_stage=1") == (
+        f"resources.deepspeed.preset: {path} sets overlap_comm, which drydock's accumulation supports only with "
+        "ZeRO stage 2 (resources.deepspeed.zero_stage is 1)")
+    spec = load_spec(SMOKE, [*DEEPSPEED, f"resources.deepspeed.preset={path}"])  # stage 2: fine
+    assert load_deepspeed_preset(spec) == {"zero_optimization": {"overlap_comm": True}}

@@ -112,7 +112,7 @@ def test_zero_2_leaves_a_module_no_rank_used_alone_like_ddp(tmp_path):
     assert_same_training(train(tmp_path, "theseus", "deepspeed", 2, 1), ddp)
 
 
-def _train_bf16_and_export(rank: int, port: int, out: str) -> None:
+def _train_bf16_and_export(rank: int, stage: int, port: int, out: str) -> None:
     os.environ.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": str(rank), "LOCAL_RANK": str(rank),
                        "WORLD_SIZE": str(WORLD), "LOCAL_WORLD_SIZE": str(WORLD), "DS_ACCELERATOR": "cpu"})
     torch.set_num_threads(1)
@@ -138,7 +138,7 @@ def _train_bf16_and_export(rank: int, port: int, out: str) -> None:
 
         method.build = build
         loop.run(method, train_set=tiny_dataset(), dev={"dev": tiny_dataset(16, seed=1)}, task=_Task(), train=train, seed=0,
-                 dist=engine.Distributed(strategy="deepspeed", world_size=WORLD, rank=rank, zero_stage=2))
+                 dist=engine.Distributed(strategy="deepspeed", world_size=WORLD, rank=rank, zero_stage=stage))
         trained_in = sorted(str(d) for d in seen)  # the forwards of training and evaluation
         if rank == 0:
             batch = make_batch(batch_size=4, seq_len=8, seed=5)
@@ -152,13 +152,14 @@ def _train_bf16_and_export(rank: int, port: int, out: str) -> None:
         dist.destroy_process_group()
 
 
-def test_a_bf16_deepspeed_run_exports_float32_from_its_full_precision_weights(tmp_path):
+@pytest.mark.parametrize("stage", [0, 2])  # ZeRO 0 keeps its masters in an unfused optimizer, ZeRO 1-2 map them
+def test_a_bf16_deepspeed_run_exports_float32_from_its_full_precision_weights(tmp_path, stage):
     """DeepSpeed casts the module to bf16 and keeps fp32 masters of what it trains: the export
     must come from those (a bf16 export reloads in bf16, and its logits miss the trained model's
     fp32 ones by ~6e-4 on this model, over the 1e-4 the verification allows)."""
     from pipeline.training.export import verify_export
 
-    mp.spawn(_train_bf16_and_export, args=(_free_port(), str(tmp_path)), nprocs=WORLD, join=True)
+    mp.spawn(_train_bf16_and_export, args=(stage, _free_port(), str(tmp_path)), nprocs=WORLD, join=True)
     result = torch.load(tmp_path / "result.pt", weights_only=True)
     assert result["trained_in"] == ["torch.bfloat16"]  # the forward passes ran on bf16 weights
     weights = result["weights"]
