@@ -26,7 +26,7 @@ from pipeline.errors import DrydockError
 from pipeline.prepare.stage import prepare
 from pipeline.search.driver import SearchContext
 from pipeline.search.ray_instance import check_gpu_workers, init_ray, max_concurrent
-from pipeline.search.recorder import SweepRecorder
+from pipeline.search.recorder import SweepRecorder, stand_in_callback
 from pipeline.search.space import expand_trials
 from pipeline.search.state import end_run, open_run, run_storage, start_run
 from pipeline.search.teacher import teacher_stage
@@ -35,14 +35,9 @@ from pipeline.search.tuner import make_tuner
 from pipeline.select.stage import select_stage
 from pipeline.tracking import SweepTracker
 
-
-def _stand_in_callback():
-    """Runs started before the search stage left this module pickled their Tune callback as a
-    call to this function (Tune keeps its callbacks in tuner.pkl): kept so `--resume` can still
-    unpickle them. The recorder is attached again on restore, as for every run."""
-    from ray import tune
-
-    return tune.Callback()
+# Runs started before the recorder left this module pickled their Tune callback (tuner.pkl) as a
+# call to `pipeline.sweep._stand_in_callback`: the name stays so that `--resume` unpickles them.
+_stand_in_callback = stand_in_callback
 
 
 def run_sweep(spec: SweepSpec, workdir: Path, *, resume: bool = False, address: str | None = None,

@@ -35,7 +35,8 @@ REPORTED_KEYS = ("epoch", "progress")
 FINAL_KEYS = ("num_params", "num_params_encoder", "train_seconds", "steps", "export_max_abs_diff")
 
 
-def _stand_in() -> tune.Callback:
+def stand_in_callback() -> tune.Callback:
+    """What Tune's tuner.pkl holds in the recorder's place (see SweepRecorder.__reduce__)."""
     return tune.Callback()
 
 
@@ -69,7 +70,7 @@ class SweepRecorder(tune.Callback):
     def __reduce__(self):
         # Tune pickles its callbacks into tuner.pkl; this one holds live clients and processes
         # and is attached again on restore, so only a stand-in is stored.
-        return (_stand_in, ())
+        return (stand_in_callback, ())
 
     # ------------------------------------------------------------------------------------------
     # Tune's hooks: read what Tune passes now, write later on the recorder thread
