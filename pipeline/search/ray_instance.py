@@ -106,16 +106,34 @@ def check_gpu_workers(spec: SweepSpec, log: Callable[[str], None] = print) -> No
     if not spec.resources.use_gpu or not ray.cluster_resources().get("GPU"):
         return  # no GPU yet (an autoscaling cluster): max_concurrent has said what happens
     probe = ray.remote(num_cpus=0, num_gpus=min(1.0, spec.resources.gpus_per_worker))(cuda_here)
+    ref = probe.remote()
     try:
-        seen = ray.get(probe.remote(), timeout=GPU_PROBE_TIMEOUT_S)
+        seen = ray.get(ref, timeout=GPU_PROBE_TIMEOUT_S)
     except ray.exceptions.GetTimeoutError:
-        log(f"search: no GPU of the cluster answered within {GPU_PROBE_TIMEOUT_S} s; CUDA is checked by each trial instead")
-        return
+        seen = _cancel_probe(ref, GPU_PROBE_TIMEOUT_S, log)
+        if seen is None:
+            return
     if not seen["available"]:
         raise DrydockError(
             f"resources.use_gpu: a GPU task on {seen['host']} (CUDA_VISIBLE_DEVICES={seen['visible']}) sees no CUDA "
             f"device: torch {seen['torch']} there was built {'without CUDA' if not seen['cuda'] else 'for CUDA ' + seen['cuda'] + ' but finds no driver or device'}. "
             "Run the sweep on nodes with a CUDA build of torch and a GPU driver, or set resources.use_gpu: false")
+
+
+def _cancel_probe(ref: ray.ObjectRef, waited_s: float, log: Callable[[str], None]) -> dict[str, Any] | None:
+    """Cancel a probe that did not answer in time: still queued, it would take a GPU from the trials
+    when one frees up; running, its CUDA call hangs. What it saw if it answered meanwhile, else None.
+
+    `ray.cancel(force=True)`: a queued task never runs, a running one's worker is killed; `ray.get`
+    raises TaskCancelledError for both alike in Ray 2.60, so the message names both."""
+    ray.cancel(ref, force=True)
+    try:
+        return ray.get(ref, timeout=60)
+    except ray.exceptions.RayError:  # cancelled (or, not even answering the cancel, GetTimeoutError)
+        pass
+    log(f"search: no GPU of the cluster answered the CUDA probe within {waited_s:g} s (none was free, or CUDA hangs "
+        "on the node that took it); the probe was cancelled, and each trial checks CUDA on its workers instead")
+    return None
 
 
 def max_concurrent(spec: SweepSpec, log: Callable[[str], None] = print) -> int:

@@ -9,6 +9,8 @@ student into the trial's folder.
 
 from __future__ import annotations
 
+import json
+import os
 import tempfile
 import traceback
 from collections.abc import Callable
@@ -64,9 +66,7 @@ def _distributed(resources: ResourcesConfig, preset: dict[str, Any] | None) -> D
     context = ray.train.get_context()
     world, rank = context.get_world_size(), context.get_world_rank()
     if resources.use_gpu:
-        if not torch.cuda.is_available():  # the sweep checked one GPU node; this one may differ
-            raise DrydockError(f"resources.use_gpu: this Train worker ({ray.util.get_node_ip_address()}) was given a GPU "
-                               f"but torch {torch.__version__} sees no CUDA device; it will not train on the CPU")
+        require_cuda_on_every_rank(world, rank)
         device = ray.train.torch.get_device()
         torch.cuda.set_device(device)
     else:
@@ -77,6 +77,37 @@ def _distributed(resources: ResourcesConfig, preset: dict[str, Any] | None) -> D
         zero_stage=resources.deepspeed.zero_stage, deepspeed_preset=preset,
         node_id=ray.get_runtime_context().get_node_id(),  # which machine, for cluster debugging
     )
+
+
+def require_cuda_on_every_rank(world_size: int, rank: int) -> None:
+    """With `use_gpu`, every rank must see CUDA (the sweep checked one GPU node; this one may
+    differ). If one does not, every rank raises the same error, naming the ranks without it.
+
+    Agreed by every rank before any collective of the trial: a rank that stopped alone left the
+    others blocked in their first NCCL collective until its timeout (30 minutes, then Train retried
+    the trial), and only rank 0 writes the trial's outcome, so a rank k != 0 left nothing recorded.
+    (`tests/unit/search/test_worker_cuda.py`)"""
+    mine = None
+    if not torch.cuda.is_available():
+        mine = f"rank {rank} ({ray.util.get_node_ip_address()}) sees no CUDA device with torch {torch.__version__}"
+    missing = [problem for problem in _gathered("cuda", mine, world_size, rank) if problem]
+    if missing:
+        raise DrydockError(f"resources.use_gpu: the Train workers were given GPUs, but {'; '.join(missing)}; "
+                           "a trial will not train on the CPU")
+
+
+def _gathered(name: str, item: str | None, world_size: int, rank: int) -> list[str | None]:
+    """Every rank's `item`, in rank order: every rank calls it at the same point (a collective).
+
+    Exchanged through the rendezvous store of the trial's process group (Train's `env://` init
+    sets MASTER_ADDR and MASTER_PORT), which NCCL's start-up has just used: not through NCCL,
+    which needs the CUDA a rank may lack, nor through a gloo group, which needs a network setup
+    (GLOO_SOCKET_IFNAME) that a GPU cluster's NCCL does not. Each Train run has its own store."""
+    if world_size == 1 or not torch.distributed.is_initialized():
+        return [item]
+    store = torch.distributed.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False)
+    store.set(f"drydock/{name}/{rank}", json.dumps(item))
+    return [json.loads(store.get(f"drydock/{name}/{r}")) for r in range(world_size)]
 
 
 def train_worker(config: dict[str, Any]) -> None:
