@@ -211,6 +211,13 @@ class TrainConfig(_Model):
     eval_every: PositiveInt | None = None  # steps; None: at the end of every epoch
     bf16: Literal["auto", "on", "off"] = "auto"  # auto: bf16 autocast on a GPU with bf16 in hardware (8.0+)
     progress_bar: bool = True
+    # Checkpoints of one trial kept on disk, the latest always among them. 1: every checkpoint
+    # also holds the best evaluation's state, so resuming and the best export only ever need the
+    # latest, and each is up to ~2x the weights plus AdamW's state (benchmarks/RESULTS.md,
+    # "Checkpoint bytes per evaluation"); more only keeps earlier snapshots to look at. Ray deletes
+    # the older one only after the newer one is saved. How runs keep files, not what they train:
+    # `--resume` and `drydock retrain` ignore it.
+    keep_checkpoints: PositiveInt = 1
 
     @field_validator("bf16", mode="before")
     @classmethod
@@ -242,17 +249,10 @@ class SearchConfig(_Model):
 
 
 class DeepSpeedConfig(_Model):
+    # 3 partitions the student's weights too (docs/stack-facts.md, "ZeRO-3"): the loop gathers
+    # them for evaluation, checkpoints and export; the frozen teacher stays outside the engine
     zero_stage: Annotated[int, Field(ge=0, le=3)] = 1
     preset: str | None = None  # a DeepSpeed JSON file merged under the generated config
-
-    @field_validator("zero_stage")
-    @classmethod
-    def _no_stage_3_yet(cls, v: int) -> int:
-        if v == 3:
-            # ZeRO-3 partitions the weights: evaluation and export would need them gathered,
-            # which the loop does not do yet. Refuse now rather than export an empty student.
-            raise ValueError("ZeRO stage 3 is not supported yet (students would export empty); use 0, 1 or 2")
-        return v
 
 
 class ResourcesConfig(_Model):
@@ -519,6 +519,13 @@ def validate_methods(spec: SweepSpec) -> list[str]:
         if not isinstance(params, dict):
             problems.append(f"methods.{name}: expected a mapping of parameters")
             continue
+        resources = spec.resources
+        if (resources.strategy == "deepspeed" and resources.deepspeed.zero_stage == 3 and resources.workers_per_trial > 1
+                and not get_method(name).same_modules_on_every_rank):
+            problems.append(
+                f"methods.{name}: cannot train under resources.deepspeed.zero_stage 3 with {resources.workers_per_trial} "
+                f"workers: its ranks run different modules in one step, and ZeRO-3 gathers each module's weights with a "
+                f"collective as it runs (the ranks would wait for each other forever); use zero_stage 2 or one worker")
         model = get_method(name).Params
         fields = model.model_fields
         for pname, value in params.items():

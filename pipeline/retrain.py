@@ -65,6 +65,9 @@ def fingerprints(spec: SweepSpec, workdir: Path) -> dict[str, str]:
     settings = spec_to_dict(spec)
     for where in ("resources", "tracking"):  # the same study run elsewhere is the same study
         settings.pop(where, None)
+    # how many checkpoints a trial keeps is not what it trains (and specs fingerprinted before
+    # the field existed keep their fingerprint)
+    settings["train"].pop("keep_checkpoints", None)
     # Where the data and a given teacher lie is not what they are: their contents are below (the
     # same study on a host that mounts the data elsewhere is the same study).
     settings["task"].pop("glue_dir", None)

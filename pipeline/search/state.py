@@ -104,14 +104,15 @@ def open_run(spec: SweepSpec, sweep_dir: Path, resume: bool, log: Callable[[str]
 
 def check_resumable(spec: SweepSpec, saved: Path, run_id: str) -> None:
     """A resumed run keeps its trials' configurations, and its unfinished trials would train with
-    the spec given now: a run whose spec changed (other than `resources`, where it runs) would mix
-    two studies in one table, so it is refused."""
+    the spec given now: a run whose spec changed (other than `resources`, where it runs, and
+    `train.keep_checkpoints`, how many checkpoints it keeps) would mix two studies in one table,
+    so it is refused."""
     if not saved.is_file():  # killed before its spec was saved: nothing has trained yet
         return
     before = flatten_params(json.loads(saved.read_text()))
     now = flatten_params(spec_to_dict(spec))
     changed = sorted(k for k in before.keys() | now.keys()
-                     if before.get(k) != now.get(k) and not k.startswith("resources."))
+                     if before.get(k) != now.get(k) and not k.startswith("resources.") and k != "train.keep_checkpoints")
     if changed:
         shown = ", ".join(changed[:8]) + (f" and {len(changed) - 8} more" if len(changed) > 8 else "")
         raise DrydockError(f"--resume: the spec differs from the one run {run_id} started with ({shown}); "

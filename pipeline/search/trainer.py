@@ -2,8 +2,9 @@
 
 Two callers, one shape: a trial's driver (a Tune actor, `pipeline.search.driver`) and the teacher
 stage on workers (`pipeline.search.teacher`). Both want the spec's workers, GPUs and CPUs per
-worker, one kept checkpoint (the resume point of a retry), Train's retries, the reports relayed
-to the caller while `fit()` blocks, and none of the actors drydock does not use.
+worker, `train.keep_checkpoints` kept checkpoints (the latest is the resume point of a retry),
+Train's retries, the reports relayed to the caller while `fit()` blocks, and none of the actors
+drydock does not use.
 
 Imported by the trial driver, so it imports nothing heavier than Ray Train (and the torch that
 `ray.train.torch` brings); `tests/unit/search/test_driver.py` checks it.
@@ -37,11 +38,13 @@ class TrainResources:
     cpus_per_worker: float
     gpus_per_worker: float
     max_failures: int
+    keep_checkpoints: int = 1  # train.keep_checkpoints (the spec's default)
 
     @classmethod
     def of(cls, spec: SweepSpec) -> TrainResources:
         r = spec.resources
-        return cls(r.workers_per_trial, r.use_gpu, r.cpus_per_worker, r.gpus_per_worker, spec.search.max_failures)
+        return cls(r.workers_per_trial, r.use_gpu, r.cpus_per_worker, r.gpus_per_worker, spec.search.max_failures,
+                   spec.train.keep_checkpoints)
 
     def per_worker(self) -> dict[str, float]:
         return {"CPU": self.cpus_per_worker, **({"GPU": self.gpus_per_worker} if self.use_gpu else {})}
@@ -71,7 +74,9 @@ def run_train(
             ),
             run_config=ray.train.RunConfig(
                 name=name, storage_path=storage_path, callbacks=[relay],
-                checkpoint_config=ray.train.CheckpointConfig(num_to_keep=1),
+                # No score attribute: Train keeps the `num_to_keep` latest in the order reported,
+                # and never deletes the latest (the one `ray.train.get_checkpoint()` resumes from).
+                checkpoint_config=ray.train.CheckpointConfig(num_to_keep=resources.keep_checkpoints),
                 failure_config=ray.train.FailureConfig(max_failures=resources.max_failures,
                                                        controller_failure_limit=CONTROLLER_FAILURE_LIMIT),
             ),

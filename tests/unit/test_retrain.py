@@ -74,3 +74,8 @@ def test_where_the_data_lies_is_not_a_change(tmp_path, glue_dir):
     common = ["task.name=rte", "task.source=glue_dir", "task.max_train_samples=64", "task.max_eval_samples=32"]
     a, b = (fingerprints(load_spec(ROOT / "sweeps" / "smoke.yaml", [*common, f"task.glue_dir={m}"]), tmp_path) for m in mounts)
     assert a == b
+
+
+def test_how_many_checkpoints_a_trial_keeps_is_not_a_change(tmp_path):
+    smoke = ROOT / "sweeps" / "smoke.yaml"
+    assert fingerprints(load_spec(smoke, ["train.keep_checkpoints=3"]), tmp_path) == fingerprints(load_spec(smoke), tmp_path)

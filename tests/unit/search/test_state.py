@@ -13,6 +13,7 @@ from pipeline.search.state import (
     STATE_FILE,
     RunStorage,
     SweepPaths,
+    check_resumable,
     end_run,
     open_run,
     read_state,
@@ -72,3 +73,13 @@ def test_a_new_run_takes_the_folder_over_and_records_how_it_ended(tmp_path):
     end_run(run, tracker, "FAILED")  # the sweep raised
     assert tracker.client.get_run(tracker.parent_id).info.status == "KILLED"
     assert json.loads((sweep_dir / STATE_FILE).read_text())["status"] == "failed"
+
+
+def test_resume_accepts_another_number_of_kept_checkpoints_and_a_spec_saved_before_the_field(tmp_path):
+    spec_file = tmp_path / "spec.json"
+    saved = spec_to_dict(spec_from_dict(RAW))
+    spec_file.write_text(json.dumps(saved))
+    check_resumable(spec_from_dict(RAW, ["train.keep_checkpoints=3"]), spec_file, "r")  # how many it keeps, not what it trains
+    del saved["train"]["keep_checkpoints"]  # a run started before train.keep_checkpoints existed
+    spec_file.write_text(json.dumps(saved))
+    check_resumable(spec_from_dict(RAW), spec_file, "r")

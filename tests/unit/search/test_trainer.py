@@ -1,4 +1,4 @@
-"""The one place a TorchTrainer is built: the spec's resources, one kept checkpoint, bounded
+"""The one place a TorchTrainer is built: the spec's resources and kept checkpoints, bounded
 retries, reports relayed while `fit()` blocks, and no Ray Data actor. No Ray cluster is started:
 the trainer's `fit` is replaced where a run would start one."""
 
@@ -89,3 +89,15 @@ def test_a_trainer_without_datasets_starts_no_ray_data_actor_and_keeps_the_rest(
     with_data = lean_torch_trainer(lambda: None, scaling_config=scaling, datasets={"train": lambda: None})
     assert DatasetsCallback in kinds(with_data)
     assert not ray.is_initialized()
+
+
+def test_train_keeps_the_specs_number_of_checkpoints(monkeypatch):
+    spec = spec_from_dict(BASE, ["train.keep_checkpoints=3"])
+    assert TrainResources.of(spec).keep_checkpoints == 3
+    assert TrainResources.of(spec_from_dict(BASE)).keep_checkpoints == 1
+    built = fake_trainers(monkeypatch)
+    run_train(print, {}, TrainResources.of(spec), name="n", storage_path="/tmp/x", on_report=lambda _: None)
+    (made,) = built
+    config: ray.train.CheckpointConfig = made.run_config.checkpoint_config
+    # no score attribute: Train keeps the latest ones in the order they were reported
+    assert (config.num_to_keep, config.checkpoint_score_attribute) == (3, None)
