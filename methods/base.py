@@ -27,8 +27,8 @@ at fixed points, and everything the loop relies on is written in this file:
             values = method.on_step(progress)     # schedules → logged as schedule/<name>
             losses = check_loss_terms(wrapped(batch, progress))  # method.loss  ── hook: loss
             backward(sum of the terms without a "_" prefix) → logged as loss/total
-            clip; optimizer.step(); scheduler.step()
-            method.after_optimizer_step(progress) # ── hook: after_optimizer_step (CoFi's clamp)
+            clip; optimizer.step(); scheduler.step(); clamp each group with bounds into them
+            method.after_optimizer_step(progress) # ── hook: after_optimizer_step
             every eval_every steps and at the phase end, when phase.evaluate:
                 metrics = evaluate(method.eval_model())          ── hook: eval_model
                 keep method.state_dict() of the best phase.select evaluation
@@ -56,9 +56,14 @@ Rules a method follows:
   generator, which the loop seeds per trial and per rank.
 - Schedules are pure functions of progress (`methods/_schedules.py`); `on_step` only evaluates
   them and stores the values the next `loss` call uses: it never changes a parameter (it runs
-  before the step's forward, on every rank, outside the optimizer). A method that must change
-  parameters outside the gradient step (CoFi keeps log α in a range) does it in
-  `after_optimizer_step`, which runs once the optimizer has stepped.
+  before the step's forward, on every rank, outside the optimizer). A range a parameter must
+  stay in is its group's `bounds` (CoFi's log α), applied by the loop after each optimizer
+  step; other changes outside the gradient step go in `after_optimizer_step`.
+- A method whose forward runs other modules on each rank (Theseus draws its own modules per
+  rank, CoFi's hard-concrete draws can switch a whole sub-layer off on one rank) sets
+  `same_modules_on_every_rank = False`: DeepSpeed ZeRO-3 gathers each module's parameters with
+  a collective as the module runs, so ranks running different modules wait for each other
+  forever (reproduced with CoFi on two gloo ranks); the spec refuses ZeRO-3 for such a method.
 - Work worth doing once for many trials (MiniLM's distilled student) is declared, not
   coordinated: `shared_work` names what the artifact depends on and which phases produce it,
   `save_shared`/`load_shared` write and read it in a folder they are handed. The pipeline
@@ -165,6 +170,10 @@ class ParamGroup:
     weight_decay: float = 0.0
     maximize: bool = False  # gradient ascent (CoFi's Lagrange multipliers); never a negative lr
     schedule: Literal["linear", "constant"] = "linear"  # warm-up + linear decay, or constant
+    # (low, high): the loop clamps the group's parameters into it after every optimizer step,
+    # and also the optimizer's own full-precision copies (DeepSpeed's masters), which a method
+    # clamping the module's parameters in place would miss (CoFi's log α range)
+    bounds: tuple[float, float] | None = None
 
 
 @dataclass(frozen=True)
@@ -220,6 +229,8 @@ class Method(ABC):
     Params: ClassVar[type[MethodParams]] = MethodParams
     # whether build() needs ctx.teacher (the fine-tuned teacher); see needs_teacher()
     uses_teacher: ClassVar[bool] = True
+    # False where each rank's forward may run other modules (see the rules above): no ZeRO-3
+    same_modules_on_every_rank: ClassVar[bool] = True
     # one-line description for `drydock methods`
     summary: ClassVar[str] = ""
 
@@ -271,9 +282,10 @@ class Method(ABC):
         return {}
 
     def after_optimizer_step(self, progress: Progress) -> None:  # noqa: B027 - optional hook
-        """Change parameters after the optimizer stepped (`progress` is the step just taken):
-        constraints the gradient step may break, e.g. CoFi's clamp of log α to its range. Every
-        rank calls it, so it must be deterministic. Evaluations and checkpoints see its result."""
+        """Change parameters after the optimizer stepped (`progress` is the step just taken).
+        Every rank calls it, so it must be deterministic. Evaluations and checkpoints see its
+        result. A range is better said as the group's `bounds`: under DeepSpeed the optimizer
+        keeps its own full-precision copy of each trained parameter, which only the loop reaches."""
 
     @abstractmethod
     def loss(self, batch: Batch, progress: Progress) -> dict[str, torch.Tensor]:

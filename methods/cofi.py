@@ -80,6 +80,8 @@ from transformers import PreTrainedModel
 
 from methods._bert import forward_hidden_states
 from methods._l0 import (
+    LOG_ALPHA_MAX,
+    LOG_ALPHA_MIN,
     HardConcreteMasks,
     LagrangeMultipliers,
     StructureMasks,
@@ -283,6 +285,7 @@ class CoFi(Method):
     name = "cofi"
     Params = CoFiParams
     summary = "CoFi structured pruning: L0 masks on heads, FFN dims, layers and hidden dims + distillation"
+    same_modules_on_every_rank = False  # a rank's hard-concrete draw can switch a whole sub-layer off
 
     params: CoFiParams
     model: CoFiModel
@@ -426,7 +429,8 @@ class CoFi(Method):
         groups = decay_groups("student", named, lr, self.ctx.weight_decay, schedule=schedule)
         if phase.name == PRUNE:
             reg_lr = self.params.reg_learning_rate
-            groups.append(ParamGroup("masks", list(self.model.masks.parameters()), reg_lr, schedule="constant"))
+            groups.append(ParamGroup("masks", list(self.model.masks.parameters()), reg_lr, schedule="constant",
+                                     bounds=(LOG_ALPHA_MIN, LOG_ALPHA_MAX)))
             groups.append(
                 ParamGroup("lagrangian", list(self.model.lagrangian.parameters()), reg_lr, maximize=True, schedule="constant")
             )
@@ -453,7 +457,9 @@ class CoFi(Method):
         """Clamp log α to its range after every optimizer step while the masks exist, in every
         phase before the surgery, as the official trainer does (`constrain_parameters` after each
         step): the first pruning step then already sees clamped always-on masks, and the
-        evaluations during pruning and the surgery rank clamped values (see `methods/_l0.py`)."""
+        evaluations during pruning and the surgery rank clamped values (see `methods/_l0.py`).
+        While the masks train, their group's `bounds` make the loop clamp DeepSpeed's fp32
+        masters too, which this clamp of the parameters cannot reach."""
         if not self.pruned:
             self.model.masks.clamp_()
 

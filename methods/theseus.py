@@ -98,6 +98,7 @@ class Theseus(ModuleReplacingMethod):
     name = "theseus"
     Params = TheseusParams
     summary = "BERT-of-Theseus: replace teacher modules by successor layers with a rising Bernoulli rate"
+    same_modules_on_every_rank = False  # each rank draws its own successors and predecessors
 
     params: TheseusParams
 

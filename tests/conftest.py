@@ -45,9 +45,9 @@ TINY_TEXTS = [
 # so these start first and the short files fill in around them, and the two workers end close
 # together (docs/stack-facts.md, "Test files in xdist").
 LONGEST_FIRST = [
-    "integration/search/test_sweep.py", "integration/test_retrain.py", "integration/search/test_multinode.py",
-    "integration/search/test_sweep_resume.py", "integration/training/test_deepspeed_equivalence.py",
-    "integration/training/test_distributed_loop.py",
+    "integration/search/test_sweep.py", "integration/search/test_deepspeed_sweep.py", "integration/test_retrain.py",
+    "integration/search/test_multinode.py", "integration/search/test_sweep_resume.py",
+    "integration/training/test_deepspeed_equivalence.py", "integration/training/test_distributed_loop.py",
 ]
 
 

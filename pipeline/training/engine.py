@@ -137,23 +137,33 @@ class Engine:
 
     def __init__(self, method: Method, groups: list[ParamGroup], phase: Phase, train: TrainConfig, dist: Distributed, micro_batch: int):
         self.dist, self.train = dist, train
-        step_module = TrainStep(method)
+        self.step_module = step_module = TrainStep(method)
         self.optimizer, self.scheduler = build_optimizer(groups, phase, train.warmup_ratio)
         self.deepspeed = None
         self.trainable = [p for g in groups for p in g.params]
         self._full_precision_frozen: list[tuple[nn.Parameter, torch.Tensor]] = []
+        self._plain_attributes: list[tuple[nn.Parameter | nn.Module, set[str]]] = []
+        self.partitioned = dist.strategy == "deepspeed" and dist.zero_stage == 3
         if dist.strategy == "deepspeed":
             import deepspeed
 
             if dist.device.type == "cpu":
                 skip_cpu_shm_build()
             config = deepspeed_config(train, dist, micro_batch)
-            if config["bf16"]["enabled"]:
-                # DeepSpeed casts the whole module to bf16 and keeps fp32 masters of the trained
-                # parameters only: the frozen ones (a Theseus hybrid's teacher layers) are kept
-                # here, so that what is exported and checkpointed is full precision.
+            if config["bf16"]["enabled"] or self.partitioned:
+                # DeepSpeed keeps fp32 masters of the trained parameters only; under bf16 it casts
+                # the whole module, under ZeRO-3 it partitions it. The frozen parameters (a Theseus
+                # hybrid's teacher layers) are kept here, so that what is exported and
+                # checkpointed is whole and full precision.
                 trained = {id(p) for p in self.trainable}
                 self._full_precision_frozen = [(p, p.detach().clone()) for p in method.model.parameters() if id(p) not in trained]
+            if self.partitioned:
+                # ZeRO-3 turns each parameter into a partitioned one by setting attributes on it
+                # (ds_id, ds_tensor, all_gather, ...), and each module by setting others (hooks'
+                # autograd functions whose closures hold the engine): what was there before is
+                # what `close` keeps
+                self._plain_attributes = [(p, set(p.__dict__)) for p in method.model.parameters()]
+                self._plain_attributes += [(m, set(m.__dict__)) for m in method.model.modules()]
             self.deepspeed, self.optimizer, _, self.scheduler = deepspeed.initialize(
                 model=step_module, optimizer=self.optimizer, lr_scheduler=self.scheduler, config=config
             )
@@ -168,11 +178,18 @@ class Engine:
             self.module = step_module
         self.model = method.model
         self.autocast = _autocast(train, dist)
+        self.bounded = [(g.params, g.bounds) for g in groups if g.bounds is not None and g.params]
 
     @property
     def low_precision(self) -> bool:
         """DeepSpeed holds the module in bf16 and the trained weights' fp32 masters itself."""
         return self.deepspeed is not None and self.deepspeed.bfloat16_enabled()
+
+    @property
+    def holds_weights(self) -> bool:
+        """The module's parameters are not the weights to keep: bf16 copies of DeepSpeed's fp32
+        masters, or (ZeRO-3) this rank's slice of each, empty outside a forward."""
+        return self.low_precision or (self.deepspeed is not None and self.partitioned)
 
     def _full_precision_values(self) -> list[tuple[nn.Parameter, torch.Tensor]]:
         """Every parameter of the module with its fp32 value: the optimizer's master for the trained
@@ -181,10 +198,7 @@ class Engine:
         from deepspeed.utils import safe_get_full_fp32_param
 
         optimizer = self.deepspeed.optimizer
-        # ZeRO 0 under bf16 wraps the optimizer in an unfused one that keeps its masters in
-        # fp32_groups, beside fp16_groups, and maps no parameter (safe_get_full_fp32_param: None)
-        unfused = {id(low): high for lows, highs in zip(getattr(optimizer, "fp16_groups", []), getattr(optimizer, "fp32_groups", []))
-                   for low, high in zip(lows, highs)}
+        unfused = self._unfused_masters()
         masters = []
         for p in self.trainable:
             value = safe_get_full_fp32_param(p)
@@ -198,7 +212,7 @@ class Engine:
     def full_precision(self) -> Iterator[None]:
         """The module's parameters at full precision while the block runs (a state to keep: the
         best evaluation's, a checkpoint's), then back to what trains."""
-        if not self.low_precision:
+        if not self.holds_weights:
             yield
             return
         values = self._full_precision_values()
@@ -226,15 +240,49 @@ class Engine:
     def optimizer_step(self) -> float:
         if self.deepspeed is not None:
             self.deepspeed.step()
-            norm = self.deepspeed.get_global_grad_norm()
-            return float(norm) if norm is not None else float("nan")
-        norm = float("nan")
-        if self.train.max_grad_norm > 0:
-            norm = float(torch.nn.utils.clip_grad_norm_(self.trainable, self.train.max_grad_norm))
-        self.optimizer.step()
-        self.scheduler.step()
-        self.optimizer.zero_grad(set_to_none=True)
+            ds_norm = self.deepspeed.get_global_grad_norm()
+            norm = float(ds_norm) if ds_norm is not None else float("nan")
+        else:
+            norm = float("nan")
+            if self.train.max_grad_norm > 0:
+                norm = float(torch.nn.utils.clip_grad_norm_(self.trainable, self.train.max_grad_norm))
+            self.optimizer.step()
+            self.scheduler.step()
+            self.optimizer.zero_grad(set_to_none=True)
+        self._apply_bounds()
         return norm
+
+    @torch.no_grad()
+    def _apply_bounds(self) -> None:
+        """Clamp each bounded group into its range: every copy the next step reads, the module's
+        parameter (bf16 under DeepSpeed bf16, this rank's slice under ZeRO-3) and the optimizer's
+        fp32 master (this rank's fragment under ZeRO 1-3). Clamping only the parameter is undone at
+        the next step, when DeepSpeed copies the unclamped master back into it. Elementwise, so
+        each rank clamps what it holds: no collective."""
+        unfused = self._unfused_masters() if self.bounded and self.deepspeed is not None else {}
+        for params, (low, high) in self.bounded:
+            for p in params:
+                p.data.clamp_(low, high)  # empty under ZeRO-3 outside a forward
+                if self.deepspeed is None:
+                    continue
+                if hasattr(p, "ds_tensor"):  # ZeRO-3: this rank's slice and its fp32 master
+                    from deepspeed.utils import safe_get_local_fp32_param, safe_set_local_fp32_param
+
+                    p.ds_tensor.data.clamp_(low, high)
+                    master = safe_get_local_fp32_param(p)
+                    if master is not None:  # a copy where the optimizer is offloaded: set it back
+                        safe_set_local_fp32_param(p, master.clamp(low, high))
+                elif getattr(p, "_hp_mapping", None) is not None:  # ZeRO 1-2: this rank's fragment
+                    p._hp_mapping.get_hp_fragment().data.clamp_(low, high)
+                elif id(p) in unfused:  # ZeRO 0 under bf16
+                    unfused[id(p)].data.clamp_(low, high)
+
+    def _unfused_masters(self) -> dict[int, torch.Tensor]:
+        """ZeRO 0 under bf16 wraps the optimizer in an unfused one that keeps its masters in
+        fp32_groups, beside fp16_groups, and maps no parameter (safe_get_full_fp32_param: None)."""
+        optimizer = self.deepspeed.optimizer
+        return {id(low): high for lows, highs in zip(getattr(optimizer, "fp16_groups", []), getattr(optimizer, "fp32_groups", []))
+                for low, high in zip(lows, highs)}
 
     def lrs(self) -> dict[str, float]:
         return {f"lr/{g.get('name', i)}": g["lr"] for i, g in enumerate(self.optimizer.param_groups)}
@@ -243,7 +291,17 @@ class Engine:
         """Optimizer and LR-schedule state. DeepSpeed's save is a collective: every rank calls
         this with its own directory, and Ray merges the ranks' folders into one checkpoint."""
         if self.deepspeed is not None:
-            self.deepspeed.save_checkpoint(str(directory / "deepspeed"), tag="state")
+            # The loop's snapshot holds the module's weights at full precision; DeepSpeed would
+            # write a second copy (in bf16 under bf16) beside its optimizer shards, and under
+            # ZeRO 2-3 a third of the frozen parameters. It writes an empty module instead, and
+            # `load` restores the optimizer's masters and moments only: the module comes from
+            # the snapshot (tests/integration/training/test_deepspeed_equivalence.py resumes so).
+            engine = self.deepspeed
+            engine.module_state_dict = lambda *args, **kwargs: {}
+            try:
+                engine.save_checkpoint(str(directory / "deepspeed"), tag="state", exclude_frozen_parameters=True)
+            finally:
+                del engine.module_state_dict
         elif self.dist.is_main:
             torch.save({"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict()}, directory / "engine.pt")
 
@@ -262,12 +320,29 @@ class Engine:
         raised) skips putting the full-precision weights back: that assembles them across ranks,
         a collective the other ranks may never join."""
         if self.deepspeed is not None:
-            if restore and self.low_precision:  # the module leaves the phase as it came, in float32
-                for p, value in self._full_precision_values():
-                    p.data = value
-                self.model.float()
+            # the module leaves the phase as it came: whole, in float32, plain parameters
+            values = self._full_precision_values() if restore and self.holds_weights else []
+            bf16 = self.low_precision
             self.deepspeed.destroy()
             self.deepspeed = None
+            for p, value in values:
+                p.data = value
+            if bf16 and restore:
+                self.model.float()
+            if self.partitioned:
+                # ZeRO-3 pushes the wrapped module onto a module-level stack it never pops: left
+                # there, it keeps the engine (its forward hooks' closures) and the optimizer's
+                # partitions alive for the rest of the process, one per phase
+                from deepspeed.runtime.zero import parameter_offload
+
+                stack = parameter_offload.FWD_MODULE_STACK
+                stack[:] = [m for m in stack if m is not self.step_module]
+            for obj, plain in self._plain_attributes:
+                # a parameter that still looks partitioned would be taken as such by the next
+                # phase's ZeRO-3 engine (it converts only parameters without ds_id) and every
+                # other reader would see an empty tensor
+                for name in set(obj.__dict__) - plain:
+                    delattr(obj, name)
 
 
 def deepspeed_config(train: TrainConfig, dist: Distributed, micro_batch: int) -> dict[str, Any]:
@@ -293,6 +368,11 @@ def deepspeed_config(train: TrainConfig, dist: Distributed, micro_batch: int) ->
     )
     # train.bf16 decides, whatever a preset says: one switch, and the loop knows its state
     config["bf16"] = {**config.get("bf16", {}), "enabled": _use_bf16(train, dist)}
+    if config["bf16"]["enabled"] and dist.zero_stage == 1 and "data_types" not in config:
+        # DDP under autocast accumulates gradients in the fp32 parameters' dtype; DeepSpeed keeps
+        # bf16 ones unless told. It honours fp32 accumulation at stage 1 only (its BF16 optimizer);
+        # stages 0, 2 and 3 accumulate in bf16 whatever this says (docs/stack-facts.md, "bf16")
+        config["data_types"] = {"grad_accum_dtype": "fp32"}
     return config
 
 

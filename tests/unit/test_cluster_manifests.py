@@ -212,8 +212,12 @@ def parse_drydock(args: list[str]) -> argparse.Namespace:
 
 
 def repo_path(path: str) -> Path:
-    """A path as the image sees it (relative to /opt/drydock, or absolute under it) in the repo."""
-    return ROOT / (path[len(IMAGE_HOME) + 1:] if path.startswith(IMAGE_HOME + "/") else path)
+    """A path as the image sees it (relative to /opt/drydock, or absolute under it, or under
+    /home/ray/drydock where the AWS launcher puts the project) in the repo."""
+    for home in (IMAGE_HOME, "/home/ray/drydock"):
+        if path.startswith(home + "/"):
+            return ROOT / path[len(home) + 1:]
+    return ROOT / path
 
 
 # ----------------------------------------------------------------------------------------------
@@ -537,6 +541,10 @@ def test_preset_merged_by_the_loop_is_a_valid_deepspeed_config(path):
     for switch, enabled in (("on", True), ("off", False)):  # train.bf16 decides, whatever the preset says
         merged = deepspeed_config(TrainConfig(batch_size=32, bf16=switch), dist, micro_batch=32)
         assert DeepSpeedConfig(merged).bfloat16_config.enabled is enabled
+        # gradients accumulate in fp32 as under DDP's autocast, where DeepSpeed honours it (stage 1)
+        accumulated_in = DeepSpeedConfig(merged).grad_accum_dtype
+        assert accumulated_in == ("fp32" if enabled and stage == 1 and "data_types" not in preset else preset.get(
+            "data_types", {}).get("grad_accum_dtype"))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -569,6 +577,8 @@ def secret_literals(text: str) -> list[str]:
         key, value = m.group("key"), m.group("value")
         if key.lower().startswith("secretkeyref") or REFERENCE_KEY.search(key) or _placeholder(value):
             continue
+        if re.fullmatch(r"=[\w.!+]+", value):  # a `name==version` pin (tokenizers==0.23.3 in constraints.txt)
+            continue
         found.append(m.group(0))
     found += [m.group(0) for m in URL_CREDENTIALS.finditer(text) if not _placeholder(m.group("password"))]
     found += KEY_FORMATS.findall(text)
@@ -582,6 +592,7 @@ def secret_literals(text: str) -> list[str]:
     ("backend: postgresql://mlflow:hunter2@db:5432/mlflow", True),
     ("aws_access_key_id = AKIAABCDEFGHIJKLMNOP", True),
     ("token: 'abc123'", True),
+    ("tokenizers==0.23.3", False),
     ("admin_password = changeme", True),
     ("secretKeyRef: {name: drydock-mlflow-db, key: password}", False),
     ("secretKeyRef:\n  name: drydock-mlflow-admin\n  key: password", False),

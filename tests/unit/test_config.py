@@ -171,11 +171,25 @@ def test_bf16_takes_the_yaml_words_on_and_off(tmp_path):
 
 
 def test_gpu_smoke_script_specs_validate():
-    # the GPU check runs only where a GPU is lent; its spec overrides are checked on every run
-    run = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_smoke.sh"), "--check"], capture_output=True, text=True,
+    # the GPU checks run only where a GPU is lent; on every test run the script must parse, every
+    # spec it would sweep must validate (presets included) and its Python checks must compile
+    script = ROOT / "benchmarks" / "gpu_smoke.sh"
+    syntax = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
+    assert syntax.returncode == 0, syntax.stderr
+    run = subprocess.run(["bash", str(script), "--check"], capture_output=True, text=True,
                          env={"PATH": "/usr/bin:/bin", "PYTHON": sys.executable})
-    assert run.returncode == 0, run.stderr
-    assert "sweep 'gpu-ddp'" in run.stdout and "sweep 'gpu-deepspeed'" in run.stdout
+    assert run.returncode == 0, run.stdout + run.stderr
+    lines = run.stdout.splitlines()
+    checks = ["cuda", "ddp", "zero2", "theseus", "zero3", "export", "latency"]
+    assert [line.split(":", 1)[0] for line in lines[:-1]] == [f"valid {check}" for check in checks], run.stdout
+    assert lines[-1] == f"gpu_smoke --check: {len(checks)} valid, 0 invalid"
+    sweeps = {line.split(":", 1)[0].split()[1]: line for line in lines if "(sweep 'gpu-" in line}
+    assert set(sweeps) == {"ddp", "zero2", "theseus", "zero3"}
+    assert "resources.workers_per_trial=2" in sweeps["ddp"] and "resources.strategy=ddp" in sweeps["ddp"]
+    assert "zero_stage=2" in sweeps["zero2"] and "zero2-bf16.json" in sweeps["zero2"]
+    assert "train.grad_accumulation=2" in sweeps["zero2"]
+    assert "zero_stage=3" in sweeps["zero3"] and "zero3-bf16.json" in sweeps["zero3"]
+    assert "methods: theseus" in sweeps["theseus"] and "schedule: constant" in sweeps["theseus"]
 
 
 def test_only_true_and_false_are_yaml_booleans():
@@ -193,3 +207,25 @@ def test_teacher_placement_follows_the_trials_onto_gpus():
     assert where("resources.use_gpu=true") is True  # the driver's node may have no GPU
     assert where("resources.use_gpu=true", "resources.teacher_placement=driver") is False
     assert where("resources.teacher_placement=workers") is True
+
+
+def test_keep_checkpoints_is_a_positive_count_named_in_the_error():
+    assert spec_from_dict(MINIMAL).train.keep_checkpoints == 1  # the latest carries the best's state too
+    assert spec_from_dict(MINIMAL, ["train.keep_checkpoints=3"]).train.keep_checkpoints == 3
+    assert problems({**MINIMAL, "train": {"keep_checkpoints": 0}}) == ["train.keep_checkpoints: Input should be greater than 0 (got 0)"]
+    (line,) = problems(MINIMAL, ["train.keep_checkpoints=two"])
+    assert line.startswith("train.keep_checkpoints: ") and "'two'" in line
+
+
+def test_zero_3_is_refused_only_for_methods_whose_ranks_run_different_modules():
+    """ZeRO-3 gathers each module's weights with a collective as the module runs: Theseus' and
+    CoFi's ranks run different modules in one step and would wait for each other forever (CoFi
+    hung so on two gloo ranks). kd, MiniLM and the rest run under ZeRO-3; one worker has no peer."""
+    raw = {**MINIMAL, "methods": {"kd": {}, "minilm": {}, "theseus": {}, "cofi": {}}}
+    zero_3 = ["resources.strategy=deepspeed", "resources.deepspeed.zero_stage=3"]
+    found = problems(raw, [*zero_3, "resources.workers_per_trial=2"])
+    assert [p.split(":")[0] for p in found] == ["methods.theseus", "methods.cofi"]
+    assert "cannot train under resources.deepspeed.zero_stage 3 with 2 workers" in found[0]
+    assert spec_from_dict(raw, [*zero_3, "resources.workers_per_trial=1"]).resources.deepspeed.zero_stage == 3
+    assert spec_from_dict(raw, ["resources.strategy=deepspeed", "resources.deepspeed.zero_stage=2",
+                                "resources.workers_per_trial=2"]).resources.deepspeed.zero_stage == 2

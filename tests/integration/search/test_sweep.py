@@ -7,7 +7,6 @@ instance and keep to a handful of tiny trials.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pandas as pd
@@ -127,44 +126,6 @@ def test_trials_asha_stops_mid_run_do_not_stall_the_trials_after_them(ray_local,
     assert (by_lr.drop(index=1.0e-3)["status"] == "finished").all(), seen
     _, children = child_runs(workdir, "smoke-asha")
     assert sorted(c.info.run_name for c in children) == sorted(frame["trial_id"])
-
-
-def test_deepspeed_zero2_trial_and_teacher_with_two_workers_finish_on_cpu(ray_local, workdir):
-    """ZeRO 1/2 x 1/2 processes are covered without Ray in test_distributed_loop.py. The teacher
-    (2 epochs: not the module's cached one) is fine-tuned on the trial's two DeepSpeed workers,
-    as a GPU sweep does by default, and cached for the trial."""
-    from pipeline.prepare.stage import prepare
-    from pipeline.sweep import run_sweep
-    from pipeline.training.teacher import teacher_key
-
-    messages: list[str] = []
-    cwd = os.getcwd()
-    os.chdir(ROOT)  # the preset path is relative to where drydock runs
-    try:
-        spec = load_spec(SMOKE, [
-            "name=smoke-ds", "tracking.experiment=smoke-ds", "methods={kd: {alpha: 0.5}}", "search.scheduler=fifo",
-            "resources.strategy=deepspeed", "resources.workers_per_trial=2", "resources.deepspeed.zero_stage=2",
-            "resources.deepspeed.preset=cluster/deepspeed/zero2.json", "train.epochs=1",
-            "resources.teacher_placement=workers", "teacher.finetune.epochs=2",
-        ])
-        teacher_dir = workdir / "teachers" / teacher_key(spec, prepare(spec, workdir))
-        assert not teacher_dir.exists()
-        frame = run_sweep(spec, workdir, log=messages.append)
-    finally:
-        os.chdir(cwd)
-    assert list(frame["status"]) == ["finished"], frame["error"].tolist()
-    outcome = json.loads(Path(frame.iloc[0]["student_path"]).parent.joinpath("outcome.json").read_text())
-    assert outcome["strategy"] == "deepspeed" and outcome["world_size"] == 2
-    assert any("on 2 Train worker(s) (deepspeed, CPU)" in m for m in messages), messages
-    # its evaluations (one per epoch) reached the driver's log while it trained
-    progress = [m for m in messages if m.startswith("teacher: step ")]
-    assert [m.split(":")[1] for m in progress] == [" step 16", " step 32"], messages
-    assert all(" accuracy 0." in m for m in progress), progress
-    teacher = json.loads((teacher_dir / "teacher_metrics.json").read_text())
-    assert teacher["steps"] == 2 * 512 / 32  # 2 epochs of the 512 examples at global batch 32
-    assert frame.iloc[0]["teacher_metric"] == teacher["eval/accuracy"]
-    _, (child,) = child_runs(workdir, "smoke-ds")
-    assert child.data.metrics["export_max_abs_diff"] <= 1e-4  # verified by the driver's fresh process
 
 
 def test_a_teacher_that_diverges_on_the_workers_stops_the_sweep_with_the_reason(ray_local, workdir):
