@@ -283,9 +283,11 @@ class Method(ABC):
 
     def after_optimizer_step(self, progress: Progress) -> None:  # noqa: B027 - optional hook
         """Change parameters after the optimizer stepped (`progress` is the step just taken).
-        Every rank calls it, so it must be deterministic. Evaluations and checkpoints see its
-        result. A range is better said as the group's `bounds`: under DeepSpeed the optimizer
-        keeps its own full-precision copy of each trained parameter, which only the loop reaches."""
+        Every rank calls it, so it must be deterministic. Under plain training and DDP,
+        evaluations and checkpoints see its result. Under DeepSpeed they may not: the optimizer
+        keeps its own fp32 copy of each trained parameter (and under bf16 or ZeRO-3 the loop keeps
+        one of each frozen parameter, and ZeRO-3 leaves `p.data` empty here), which only the loop
+        reaches. A range is therefore said as the group's `bounds`."""
 
     @abstractmethod
     def loss(self, batch: Batch, progress: Progress) -> dict[str, torch.Tensor]:

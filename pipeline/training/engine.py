@@ -156,7 +156,9 @@ class Engine:
                 # hybrid's teacher layers) are kept here, so that what is exported and
                 # checkpointed is whole and full precision.
                 trained = {id(p) for p in self.trainable}
-                self._full_precision_frozen = [(p, p.detach().clone()) for p in method.model.parameters() if id(p) not in trained]
+                # (on the CPU: on a GPU they would take the memory ZeRO-3 is there to save)
+                self._full_precision_frozen = [(p, p.detach().to("cpu", copy=True)) for p in method.model.parameters()
+                                               if id(p) not in trained]
             if self.partitioned:
                 # ZeRO-3 turns each parameter into a partitioned one by setting attributes on it
                 # (ds_id, ds_tensor, all_gather, ...), and each module by setting others (hooks'
@@ -192,9 +194,9 @@ class Engine:
         return self.low_precision or (self.deepspeed is not None and self.partitioned)
 
     def _full_precision_values(self) -> list[tuple[nn.Parameter, torch.Tensor]]:
-        """Every parameter of the module with its fp32 value: the optimizer's master for the trained
-        ones (assembled across ranks: a collective, so every rank calls this at the same point),
-        the copy kept at start for the frozen ones."""
+        """Every parameter of the module with its fp32 value, on the CPU: the optimizer's master for
+        the trained ones (assembled across ranks: a collective, so every rank calls this at the
+        same point), the copy kept at start for the frozen ones."""
         from deepspeed.utils import safe_get_full_fp32_param
 
         optimizer = self.deepspeed.optimizer
@@ -205,13 +207,15 @@ class Engine:
             value = value if value is not None else unfused.get(id(p))
             if value is None:
                 raise RuntimeError(f"DeepSpeed's {type(optimizer).__name__} holds no float32 master of a trained parameter")
-            masters.append((p, value.detach().clone().float()))
+            # to the CPU at once: the whole student at fp32 beside the GPU's slices would defeat ZeRO-3
+            masters.append((p, value.detach().to("cpu", dtype=torch.float32, copy=True)))
         return masters + self._full_precision_frozen
 
     @contextlib.contextmanager
     def full_precision(self) -> Iterator[None]:
-        """The module's parameters at full precision while the block runs (a state to keep: the
-        best evaluation's, a checkpoint's), then back to what trains."""
+        """The module's parameters at full precision, on the CPU, while the block runs (a state to
+        keep: the best evaluation's, a checkpoint's; no forward runs in it), then back to what
+        trains."""
         if not self.holds_weights:
             yield
             return
@@ -324,9 +328,9 @@ class Engine:
             values = self._full_precision_values() if restore and self.holds_weights else []
             bf16 = self.low_precision
             self.deepspeed.destroy()
-            self.deepspeed = None
+            self.deepspeed = self.optimizer = self.scheduler = self.module = None
             for p, value in values:
-                p.data = value
+                p.data = value.to(self.dist.device)
             if bf16 and restore:
                 self.model.float()
             if self.partitioned:
@@ -368,10 +372,10 @@ def deepspeed_config(train: TrainConfig, dist: Distributed, micro_batch: int) ->
     )
     # train.bf16 decides, whatever a preset says: one switch, and the loop knows its state
     config["bf16"] = {**config.get("bf16", {}), "enabled": _use_bf16(train, dist)}
-    if config["bf16"]["enabled"] and dist.zero_stage == 1 and "data_types" not in config:
+    if config["bf16"]["enabled"] and dist.zero_stage >= 1 and "data_types" not in config:
         # DDP under autocast accumulates gradients in the fp32 parameters' dtype; DeepSpeed keeps
-        # bf16 ones unless told. It honours fp32 accumulation at stage 1 only (its BF16 optimizer);
-        # stages 0, 2 and 3 accumulate in bf16 whatever this says (docs/stack-facts.md, "bf16")
+        # bf16 ones unless told: stage 1's BF16 optimizer and stages 2-3's gradient partitions then
+        # accumulate in fp32. Stage 0 refuses the mix (docs/stack-facts.md, "bf16-accumulation").
         config["data_types"] = {"grad_accum_dtype": "fp32"}
     return config
 

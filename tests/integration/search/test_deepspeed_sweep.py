@@ -39,17 +39,6 @@ def workdir(tmp_path_factory):
     return tmp_path_factory.mktemp("ds-sweeps")
 
 
-@pytest.fixture(scope="module")
-def ray_local():
-    import ray
-
-    from pipeline.search.ray_instance import init_ray
-
-    init_ray(None, use_gpu=False)
-    yield
-    ray.shutdown()
-
-
 def check_trials(frame, workdir: Path, expected_steps: dict[str, int]):
     """Every trial finished on 2 DeepSpeed ranks with the steps the spec implies, and its student
     is float32 in its safetensors and passed the driver's verification."""
@@ -114,12 +103,17 @@ def test_zero3_two_workers_runs_minilm_and_refuses_methods_whose_ranks_run_diffe
     """ZeRO-3 partitions the weights too, gathered module by module with a collective as each
     runs: MiniLM (three phases, each handing the next whole weights) finishes and exports float32
     (gathered) weights; theseus and cofi, whose ranks run different modules, would deadlock and
-    are refused up front. (kd, PKD and DCR under ZeRO-3: tests/integration/training/
+    are refused up front. (kd under ZeRO-3: tests/integration/training/
     test_deepspeed_equivalence.py, without Ray.)"""
     from pipeline.sweep import run_sweep
 
-    preset = PRESETS / "zero3.json"
-    assert json.loads(preset.read_text())["zero_optimization"]["stage"] == 3
+    shipped = json.loads((PRESETS / "zero3.json").read_text())
+    assert shipped["zero_optimization"]["stage"] == 3
+    # the shipped preset with every parameter partitioned between uses: below its persistence
+    # threshold (1e5 elements) each of this tiny model's parameters would stay whole once gathered
+    preset = workdir / "zero3-partition-everything.json"
+    shipped["zero_optimization"]["stage3_param_persistence_threshold"] = 0
+    preset.write_text(json.dumps(shipped))
     zero3 = [*SMALL, "resources.deepspeed.zero_stage=3", f"resources.deepspeed.preset={preset}"]
     with pytest.raises(SpecError) as refused:
         load_spec(SMOKE, [*zero3, "methods={theseus: {schedule: constant}, cofi: {}}"])

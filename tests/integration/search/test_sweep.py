@@ -28,17 +28,6 @@ def workdir(tmp_path_factory):
     return tmp_path_factory.mktemp("sweeps")
 
 
-@pytest.fixture(scope="module")
-def ray_local():
-    import ray
-
-    from pipeline.search.ray_instance import init_ray
-
-    init_ray(None, use_gpu=False)
-    yield
-    ray.shutdown()
-
-
 def child_runs(workdir: Path, experiment: str):
     client = MlflowClient(f"sqlite:///{workdir / 'mlflow.db'}")
     exp = client.get_experiment_by_name(experiment)

@@ -59,11 +59,16 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _train(rank: int, method_name: str, strategy: str, zero_stage: int, accumulation: int, port: int, out: str) -> None:
+def _join(rank: int, port: int) -> None:
+    """This spawned process as rank `rank` of a two-process gloo group, DeepSpeed on its CPU accelerator."""
     os.environ.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": str(rank), "LOCAL_RANK": str(rank),
                        "WORLD_SIZE": str(WORLD), "LOCAL_WORLD_SIZE": str(WORLD), "DS_ACCELERATOR": "cpu"})
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=WORLD)
+
+
+def _train(rank: int, method_name: str, strategy: str, zero_stage: int, accumulation: int, port: int, out: str) -> None:
+    _join(rank, port)
     try:
         from tests.contract.test_method_contract import _Task, make_method, tiny_dataset
 
@@ -173,10 +178,7 @@ def test_zero_2_leaves_a_module_no_rank_used_alone_like_ddp(tmp_path):
 
 
 def _train_bf16_and_export(rank: int, stage: int, port: int, out: str) -> None:
-    os.environ.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": str(rank), "LOCAL_RANK": str(rank),
-                       "WORLD_SIZE": str(WORLD), "LOCAL_WORLD_SIZE": str(WORLD), "DS_ACCELERATOR": "cpu"})
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=WORLD)
+    _join(rank, port)
     try:
         from pipeline.training.export import reference_logits
         from tests.conftest import make_batch
@@ -258,10 +260,7 @@ class _SharedFolderReporter:
 
 def _train_resumable(rank: int, stage: int, bf16: str, accumulation: int, kill_after: int | None, port: int,
                      checkpoints: str, out: str) -> None:
-    os.environ.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": str(rank), "LOCAL_RANK": str(rank),
-                       "WORLD_SIZE": str(WORLD), "LOCAL_WORLD_SIZE": str(WORLD), "DS_ACCELERATOR": "cpu"})
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=WORLD)
+    _join(rank, port)
     try:
         from tests.contract.test_method_contract import _Task, make_method, tiny_dataset
 

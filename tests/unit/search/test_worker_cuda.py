@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime
 import os
 import socket
+import time
 from pathlib import Path
 from types import SimpleNamespace
 from unittest import mock
@@ -80,8 +81,12 @@ def _run_trial(tmp_path: Path, without_cuda: int | None) -> tuple[dict, list[str
     all_ended = mp.get_context("fork").Barrier(WORLD, timeout=60)
     ranks = mp.start_processes(_rank, args=(_free_port(), without_cuda, str(tmp_path), all_ended), nprocs=WORLD,
                                join=False, start_method="fork")
-    while not ranks.join(timeout=60):
-        pass
+    deadline = time.monotonic() + 120
+    while not ranks.join(timeout=5):
+        if time.monotonic() > deadline:  # a rank left waiting: fail, never hang the suite
+            for process in ranks.processes:
+                process.kill()
+            pytest.fail("the ranks did not all end within 120 s")
     return read_outcome(tmp_path), [(tmp_path / f"ended.{r}").read_text() for r in range(WORLD)]
 
 
