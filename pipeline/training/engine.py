@@ -170,6 +170,7 @@ class Engine:
                 model=step_module, optimizer=self.optimizer, lr_scheduler=self.scheduler, config=config
             )
             self.module = self.deepspeed
+            self._unfused = _unfused_masters(self.deepspeed.optimizer)
         elif dist.strategy == "ddp":
             from torch.nn.parallel import DistributedDataParallel
 
@@ -199,14 +200,13 @@ class Engine:
         same point), the copy kept at start for the frozen ones."""
         from deepspeed.utils import safe_get_full_fp32_param
 
-        optimizer = self.deepspeed.optimizer
-        unfused = self._unfused_masters()
         masters = []
         for p in self.trainable:
             value = safe_get_full_fp32_param(p)
-            value = value if value is not None else unfused.get(id(p))
+            value = value if value is not None else self._unfused.get(id(p))
             if value is None:
-                raise RuntimeError(f"DeepSpeed's {type(optimizer).__name__} holds no float32 master of a trained parameter")
+                raise RuntimeError(f"DeepSpeed's {type(self.deepspeed.optimizer).__name__} holds no float32 master of a "
+                                   "trained parameter")
             # to the CPU at once: the whole student at fp32 beside the GPU's slices would defeat ZeRO-3
             masters.append((p, value.detach().to("cpu", dtype=torch.float32, copy=True)))
         return masters + self._full_precision_frozen
@@ -263,7 +263,6 @@ class Engine:
         fp32 master (this rank's fragment under ZeRO 1-3). Clamping only the parameter is undone at
         the next step, when DeepSpeed copies the unclamped master back into it. Elementwise, so
         each rank clamps what it holds: no collective."""
-        unfused = self._unfused_masters() if self.bounded and self.deepspeed is not None else {}
         for params, (low, high) in self.bounded:
             for p in params:
                 p.data.clamp_(low, high)  # empty under ZeRO-3 outside a forward
@@ -278,15 +277,8 @@ class Engine:
                         safe_set_local_fp32_param(p, master.clamp(low, high))
                 elif getattr(p, "_hp_mapping", None) is not None:  # ZeRO 1-2: this rank's fragment
                     p._hp_mapping.get_hp_fragment().data.clamp_(low, high)
-                elif id(p) in unfused:  # ZeRO 0 under bf16
-                    unfused[id(p)].data.clamp_(low, high)
-
-    def _unfused_masters(self) -> dict[int, torch.Tensor]:
-        """ZeRO 0 under bf16 wraps the optimizer in an unfused one that keeps its masters in
-        fp32_groups, beside fp16_groups, and maps no parameter (safe_get_full_fp32_param: None)."""
-        optimizer = self.deepspeed.optimizer
-        return {id(low): high for lows, highs in zip(getattr(optimizer, "fp16_groups", []), getattr(optimizer, "fp32_groups", []))
-                for low, high in zip(lows, highs)}
+                elif id(p) in self._unfused:  # ZeRO 0 under bf16
+                    self._unfused[id(p)].data.clamp_(low, high)
 
     def lrs(self) -> dict[str, float]:
         return {f"lr/{g.get('name', i)}": g["lr"] for i, g in enumerate(self.optimizer.param_groups)}
@@ -328,7 +320,7 @@ class Engine:
             values = self._full_precision_values() if restore and self.holds_weights else []
             bf16 = self.low_precision
             self.deepspeed.destroy()
-            self.deepspeed = self.optimizer = self.scheduler = self.module = None
+            self.deepspeed = None
             for p, value in values:
                 p.data = value.to(self.dist.device)
             if bf16 and restore:
@@ -347,6 +339,14 @@ class Engine:
                 # other reader would see an empty tensor
                 for name in set(obj.__dict__) - plain:
                     delattr(obj, name)
+
+
+def _unfused_masters(optimizer) -> dict[int, torch.Tensor]:
+    """ZeRO 0 under bf16 wraps the optimizer in an unfused one that keeps its masters in
+    fp32_groups, beside fp16_groups, and maps no parameter (safe_get_full_fp32_param: None); the
+    other DeepSpeed optimizers have neither list."""
+    return {id(low): high for lows, highs in zip(getattr(optimizer, "fp16_groups", []), getattr(optimizer, "fp32_groups", []))
+            for low, high in zip(lows, highs)}
 
 
 def deepspeed_config(train: TrainConfig, dist: Distributed, micro_batch: int) -> dict[str, Any]:
