@@ -14,6 +14,7 @@ collected and reported together, one line each, as `field.path: what was expecte
 from __future__ import annotations
 
 import copy
+import importlib.util
 import itertools
 import json
 import math
@@ -23,7 +24,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from pipeline.errors import SpecError
 
@@ -32,13 +33,36 @@ DOMAIN_KINDS = ("grid", "choice", "uniform", "loguniform", "randint")
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # allow_inf_nan=False: no field of a spec means anything at infinity (`.inf` epochs never end,
+    # a `.inf` learning rate diverges at the first step); null is how a field says "no limit"
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
 
 PositiveInt = Annotated[int, Field(gt=0)]
 NonNegInt = Annotated[int, Field(ge=0)]
 PositiveFloat = Annotated[float, Field(gt=0)]
 Fraction = Annotated[float, Field(ge=0, le=1)]
+
+# Limits that keep a spec from failing (or exhausting the machine) after work has started.
+MAX_SEED = 2**32 - 1  # numpy's seeds are 32-bit (torch's 64): every seed a spec gives must fit both
+Seed = Annotated[int, Field(ge=0, le=MAX_SEED)]
+MAX_NAME_LENGTH = 64  # a sweep name becomes folder names, Ray run names and MLflow names
+MAX_TRIALS = 10_000  # configurations × seeds of one sweep: every one is a row, a run and a training
+MAX_SPEC_VALUES = 100_000  # values in a spec once YAML aliases are expanded
+MAX_SPEC_DEPTH = 50  # levels of nesting
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
+def _plain_name(value: str) -> str:
+    """A name that is safe as a folder name and inside MLflow's filter strings (`name = '...'`)."""
+    if len(value) > MAX_NAME_LENGTH:
+        raise ValueError(f"is {len(value)} characters long; at most {MAX_NAME_LENGTH} (it names folders and MLflow objects)")
+    if not _PLAIN_NAME.fullmatch(value):
+        raise ValueError("may hold only letters, digits, '.', '_' and '-', starting with a letter or digit")
+    return value
+
+
+PlainName = Annotated[str, AfterValidator(_plain_name)]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -58,8 +82,8 @@ class FilesSource(_Model):
 class SyntheticSource(_Model):
     """A small generated text classification task, so the smoke spec runs with no data at all."""
 
-    num_train: PositiveInt = 512
-    num_dev: PositiveInt = 128
+    num_train: Annotated[int, Field(gt=0, le=1_000_000)] = 512  # generated in memory, all at once
+    num_dev: Annotated[int, Field(gt=0, le=1_000_000)] = 128
     num_labels: Annotated[int, Field(ge=2, le=8)] = 2
     min_words: PositiveInt = 4
     max_words: PositiveInt = 12
@@ -71,11 +95,24 @@ class SyntheticSource(_Model):
         return self
 
 
+def _revision_text(revision: Any) -> Any:
+    """A revision (`teacher.revision`, `task.hub_revision`) is text as written: YAML reads a bare
+    `2024` or `1.10` as a number, which no longer says which tag was meant, and an empty one says
+    nothing at all."""
+    if isinstance(revision, (int, float)) and not isinstance(revision, bool):
+        raise ValueError(f"read as the number {revision!r}: write the branch, tag or commit in quotes")
+    if isinstance(revision, str) and not revision.strip():
+        raise ValueError("is empty: give a branch, tag or commit sha, or leave it out for main")
+    return revision
+
+
 class TaskConfig(_Model):
     name: str
     source: Literal["hub", "glue_dir", "files", "synthetic", "auto"] = "hub"
     # hub: datasets.load_dataset(hub_path, hub_config (default: the GLUE config for GLUE tasks),
-    # revision=hub_revision)
+    # revision=<the commit hub_revision names>). hub_revision is a branch, tag or commit of the
+    # dataset repository (None: main), resolved to a commit when a sweep starts; that commit is
+    # what is loaded, fingerprinted (a push is a change `drydock retrain` sees) and recorded.
     hub_path: str = "nyu-mll/glue"
     hub_config: str | None = None
     hub_revision: str | None = None
@@ -92,12 +129,17 @@ class TaskConfig(_Model):
     max_seq_length: PositiveInt = 128
     max_train_samples: PositiveInt | None = None
     max_eval_samples: PositiveInt | None = None
-    sample_seed: int = 0
+    sample_seed: Seed = 0
 
     @field_validator("name")
     @classmethod
     def _lower(cls, v: str) -> str:
         return v.strip().lower().replace("-", "")
+
+    @field_validator("hub_revision", mode="before")
+    @classmethod
+    def _revision_as_written(cls, revision: Any) -> Any:
+        return _revision_text(revision)
 
     @model_validator(mode="after")
     def _source_fields(self) -> TaskConfig:
@@ -107,6 +149,8 @@ class TaskConfig(_Model):
             raise ValueError("source 'files' needs task.files with train and dev paths")
         if self.source == "glue_dir" and self.name not in GLUE_TASKS:
             raise ValueError(f"source 'glue_dir' needs a GLUE task name, one of {', '.join(GLUE_TASKS)}")
+        if self.hub_revision is not None and self.source in ("glue_dir", "files", "synthetic"):
+            raise ValueError(f"task.hub_revision only applies to source 'hub' (or 'auto'); source {self.source!r} has no revisions")
         custom = self.name not in GLUE_TASKS and self.source != "synthetic"
         if custom and not self.text_columns:
             raise ValueError(f"custom task {self.name!r} needs task.text_columns (not a GLUE task: {', '.join(GLUE_TASKS)})")
@@ -167,6 +211,19 @@ class TeacherConfig(_Model):
     tokenizer: TokenizerConfig | None = None
     finetune: FinetuneSettings = FinetuneSettings()
     finetuned: str | None = None  # a fine-tuned teacher folder: skips the teacher stage
+    # a hub model's branch, tag or commit (None: main). It is resolved to a commit when a sweep
+    # starts, and that commit is what is loaded, fingerprinted (a push to the branch is a change
+    # `drydock retrain` sees) and recorded; pkg:, local folders and random have no revisions.
+    revision: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _random_has_an_architecture(cls, data: Any) -> Any:
+        """`random` without `architecture` is the default one (4 layers, hidden 32): the teacher
+        stage builds the BERT from it, and the limits it sets are checked like any teacher's."""
+        if isinstance(data, dict) and data.get("model") == "random" and data.get("architecture") is None:
+            return {**data, "architecture": {}}
+        return data
 
     @model_validator(mode="after")
     def _random_needs_arch(self) -> TeacherConfig:
@@ -175,6 +232,24 @@ class TeacherConfig(_Model):
         if self.model != "random" and self.architecture is not None:
             raise ValueError("teacher.architecture only applies to model 'random'")
         return self
+
+    @field_validator("revision", mode="before")
+    @classmethod
+    def _revision_as_written(cls, revision: Any) -> Any:
+        return _revision_text(revision)
+
+    @field_validator("revision")
+    @classmethod
+    def _revision_needs_hub(cls, revision: str | None, info: ValidationInfo) -> str | None:
+        """A revision given where there is none to choose would be silently ignored: refuse it."""
+        model = info.data.get("model")
+        if revision is None or model is None:
+            return revision
+        local = model.startswith((".", "/", "~")) or Path(os.path.expanduser(model)).is_dir()
+        if model == "random" or model.startswith("pkg:") or local:
+            kind = "'random'" if model == "random" else f"{model!r} ({'an installed package' if model.startswith('pkg:') else 'a local folder'})"
+            raise ValueError(f"only applies to a hub model; teacher.model {kind} has no revisions (remove teacher.revision)")
+        return revision
 
 
 class StudentConfig(_Model):
@@ -241,11 +316,11 @@ class AshaConfig(_Model):
 
 class SearchConfig(_Model):
     scheduler: Literal["fifo", "asha"] = "fifo"
-    num_samples: PositiveInt = 1
+    num_samples: Annotated[int, Field(gt=0, le=MAX_TRIALS)] = 1
     max_concurrent_trials: PositiveInt | None = None
     asha: AshaConfig = AshaConfig()
     max_failures: NonNegInt = 1
-    sample_seed: int = 0
+    sample_seed: Seed = 0
 
 
 class DeepSpeedConfig(_Model):
@@ -268,6 +343,12 @@ class ResourcesConfig(_Model):
     # `workers`: one Ray Train run with a trial's workers, GPUs and strategy. auto: workers when
     # trials use GPUs (the driver sits on a cluster's head node, which has none), else driver.
     teacher_placement: Literal["auto", "driver", "workers"] = "auto"
+    # How long, in all, one Train run (a trial, the teacher on workers) may wait for its workers'
+    # resources before it fails: the time a cluster's autoscaler gets to add nodes. 30 minutes
+    # covers a GPU node's start (machine, image pull, `ray start`) with room to spare, and still
+    # ends a request no node can ever hold instead of waiting for ever; null waits without limit.
+    # Ray's own limit is 60 s (docs/stack-facts.md, "worker-start-timeout").
+    start_patience_s: PositiveFloat | None = 1800.0
 
     @field_validator("gpus_per_worker")
     @classmethod
@@ -280,17 +361,30 @@ class ResourcesConfig(_Model):
                              "refuses; give each worker whole GPUs (1 or more), or use one worker per trial")
         return gpus
 
+    @field_validator("start_patience_s")
+    @classmethod
+    def _finite_patience(cls, seconds: float | None) -> float | None:
+        """Ray takes the wait as whole seconds in a 64-bit integer, which infinity overflows (and
+        an overflow there reads as "not ready": the run would fail at once); null says "no limit"."""
+        if seconds is not None and math.isinf(seconds):
+            raise ValueError("must be a finite number of seconds; null waits for the workers without limit")
+        return seconds
+
     def teacher_on_workers(self) -> bool:
         return self.teacher_placement == "workers" or (self.teacher_placement == "auto" and self.use_gpu)
 
 
 class TrackingConfig(_Model):
     uri: str | None = None  # None: MLFLOW_TRACKING_URI, else sqlite:///<workdir>/mlflow.db
-    experiment: str | None = None  # None: the sweep name
-    registered_model: str | None = None  # None: "<sweep name>-student"
+    experiment: Annotated[str, Field(max_length=256)] | None = None  # None: the sweep name
+    # None: "<sweep name>-student". Plain characters only: it is quoted in MLflow's filter strings
+    registered_model: PlainName | None = None
 
 
 class LatencyConfig(_Model):
+    """`selection.latency`: how and where the select stage times the students and the teacher
+    (`pipeline.select.latency` says which nodes each setting picks)."""
+
     device: Literal["cpu", "cuda"] = "cpu"
     batch_size: PositiveInt = 32
     seq_length: PositiveInt = 64
@@ -298,6 +392,11 @@ class LatencyConfig(_Model):
     warmup: NonNegInt = 3
     min_runs: PositiveInt = 10
     min_seconds: PositiveFloat = 2.0
+    # Ray's name of the accelerator type to time on ("A100", "T4", "H100": the `accelerator_type:<name>`
+    # resource Ray puts on a GPU node); None: the cluster's only type (cuda with several is an error)
+    accelerator_type: Annotated[str, Field(min_length=1, pattern=r"^[^:\s]+$")] | None = None
+    # False: one export per configuration, the seed the registry would serve; True: every seed
+    all_seeds: bool = False
 
 
 class SelectionConfig(_Model):
@@ -313,13 +412,13 @@ class SelectionConfig(_Model):
 
 
 class SweepSpec(_Model):
-    name: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]
+    name: PlainName
     task: TaskConfig
     teacher: TeacherConfig
     student: StudentConfig = StudentConfig()
     train: TrainConfig = TrainConfig()
-    seeds: list[int] = [0]
-    methods: dict[str, dict[str, Any]] = {}
+    seeds: list[Seed] = [0]
+    methods: dict[str, dict[str, Any]] = {}  # none: only `drydock train --method` can use the spec
     search: SearchConfig = SearchConfig()
     resources: ResourcesConfig = ResourcesConfig()
     tracking: TrackingConfig = TrackingConfig()
@@ -434,13 +533,75 @@ def _expand_env(node: Any, path: str, problems: list[str]) -> Any:
     return node
 
 
+def _check_size(raw: dict[str, Any]) -> None:
+    """Refuse a spec whose YAML aliases expand without limit, before anything walks it.
+
+    PyYAML reads `*name` as the same object as its `&name` anchor, so 500 bytes of nested aliases
+    load in milliseconds as a few shared lists that expand to billions of values: everything that
+    walks the spec (the `${VAR}` expansion, pydantic) would run out of memory. The expanded size
+    is counted here once per distinct object, so this stays as cheap as the file is small; a
+    recursive alias and a nesting deeper than MAX_SPEC_DEPTH are refused too.
+    """
+    sizes: dict[int, int] = {}
+    open_: set[int] = set()
+
+    def size(node: Any, path: str, depth: int) -> int:
+        if not isinstance(node, (dict, list)):
+            return 1
+        if id(node) in sizes:
+            return sizes[id(node)]
+        if id(node) in open_:
+            raise SpecError(f"{path}: is a recursive YAML alias (a value that contains itself); write the value out")
+        if depth > MAX_SPEC_DEPTH:
+            raise SpecError(f"{path}: nested more than {MAX_SPEC_DEPTH} levels deep")
+        open_.add(id(node))
+        items = node.items() if isinstance(node, dict) else enumerate(node)
+        total = 1 + sum(size(v, f"{path}.{k}" if isinstance(node, dict) else f"{path}[{k}]", depth + 1) for k, v in items)
+        open_.discard(id(node))
+        sizes[id(node)] = total
+        return total
+
+    total = sum(size(v, str(k), 1) for k, v in raw.items())
+    if total <= MAX_SPEC_VALUES:
+        return
+    # name the innermost field that holds most of it (a grid of aliases, not the whole `methods`)
+    path, node = max(((str(k), v) for k, v in raw.items()), key=lambda kv: size(kv[1], kv[0], 1))
+    while True:
+        items = list(node.items()) if isinstance(node, dict) else list(enumerate(node)) if isinstance(node, list) else []
+        big = [(k, v) for k, v in items if 2 * size(v, "", 1) > size(node, "", 1)]
+        if not big:
+            break
+        path = f"{path}.{big[0][0]}" if isinstance(node, dict) else f"{path}[{big[0][0]}]"
+        node = big[0][1]
+    raise SpecError(f"{path}: holds {size(node, path, 1):,} values once its YAML aliases (*name) are expanded; "
+                    f"a spec may hold at most {MAX_SPEC_VALUES:,}")
+
+
 class _SpecLoader(yaml.SafeLoader):
     """Safe YAML with YAML 1.2 booleans: only true/false are booleans.
 
     PyYAML follows YAML 1.1, where on/off/yes/no are booleans too, so `bf16: on` arrived as True
     and was rejected by a field whose documented values are "auto", "on", "off". Boolean fields
     lose nothing: pydantic still reads "on"/"off"/"yes"/"no" as booleans.
+
+    A key given twice in one mapping is an error naming it and both lines (PyYAML keeps the last
+    silently, so the first, often the one meant, would be ignored); `<<` merge keys may still be
+    overridden. Aliases are read as PyYAML reads them (shared objects, never copied here);
+    `spec_from_dict` bounds what they expand to.
     """
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        first_line: dict[Any, int] = {}
+        for key_node, _ in node.value if isinstance(node, yaml.MappingNode) else ():
+            if key_node.tag == "tag:yaml.org,2002:merge" or not isinstance(key_node, yaml.ScalarNode):
+                continue
+            key = self.construct_object(key_node)
+            if key in first_line:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r} (first on line {first_line[key]}; YAML would keep only the last)",
+                    key_node.start_mark)
+            first_line[key] = key_node.start_mark.line + 1
+        return super().construct_mapping(node, deep=deep)
 
 
 _BOOL_TAG = "tag:yaml.org,2002:bool"
@@ -494,9 +655,12 @@ def _format_error(err: dict[str, Any]) -> str:
         msg = "required field is missing"
     elif msg.startswith("Value error, "):
         msg = msg[len("Value error, "):]
+    elif err["type"] == "finite_number":
+        msg = "must be a finite number"
     given = err.get("input")
     if err["type"] not in ("extra_forbidden", "missing") and not isinstance(given, (dict, list)):
-        msg = f"{msg} (got {given!r})"
+        shown = repr(given)
+        msg = f"{msg} (got {shown if len(shown) <= 80 else shown[:60] + '…'})"
     return f"{loc}: {msg}"
 
 
@@ -538,6 +702,10 @@ def validate_methods(spec: SweepSpec) -> list[str]:
             except ValueError as e:
                 problems.append(f"{where}: {e}")
                 continue
+            infinite = [cand for cand in candidates if _not_finite(cand)]
+            if infinite:  # a method's own Params may not say so: `temperature: .inf` is > 0
+                problems.append(f"{where}: must be a finite number (got {infinite[0]!r})")
+                continue
             found = [msg for cand in candidates for _, msg in _field_errors(model, pname, cand)]
             problems.extend(f"{where}: {msg}" for msg in found)
             draw = None if found or not is_domain(value) else domain_draw(value)
@@ -551,6 +719,13 @@ def validate_methods(spec: SweepSpec) -> list[str]:
         if not any(p.startswith(f"methods.{name}.") for p in problems):
             problems.extend(f"methods.{name}: {msg}" for msg in _combination_problems(model, params))
     return problems
+
+
+def _not_finite(value: Any) -> bool:
+    """An infinite or NaN float anywhere in a parameter's value (a list of them included)."""
+    if isinstance(value, float):
+        return not math.isfinite(value)
+    return isinstance(value, (list, dict)) and any(_not_finite(v) for v in (value.values() if isinstance(value, dict) else value))
 
 
 MAX_COMBINATIONS_CHECKED = 10_000
@@ -602,18 +777,32 @@ def load_spec(path: str | Path, overrides: list[str] | None = None) -> SweepSpec
     if not path.is_file():
         raise SpecError(f"{path}: spec file not found")
     try:
-        raw = _load_yaml(path.read_text())
+        data = path.read_bytes()
+    except OSError as e:
+        raise SpecError(f"{path}: cannot be read ({e.strerror or e})") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        raise SpecError(f"{path}: line {line}: byte {e.start} (0x{data[e.start]:02x}) is not UTF-8; save the spec as UTF-8") from None
+    try:
+        raw = _load_yaml(text)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark else ""
-        raise SpecError(f"{path}{where}: not valid YAML ({getattr(e, 'problem', e)})") from None
+        problem = " ".join(str(getattr(e, "problem", None) or e).split())  # one line, whatever PyYAML wrote
+        raise SpecError(f"{path}{where}: not valid YAML ({problem})") from None
+    except RecursionError:
+        raise SpecError(f"{path}: nested too deeply to be a spec (at most {MAX_SPEC_DEPTH} levels)") from None
     if not isinstance(raw, dict):
         raise SpecError(f"{path}: expected a mapping at the top level")
     return spec_from_dict(raw, overrides or [])
 
 
 def spec_from_dict(raw: dict[str, Any], overrides: list[str] | None = None) -> SweepSpec:
+    _check_size(raw)  # before anything walks it, overrides' deep copy included
     raw = apply_overrides(raw, overrides or [])
+    _check_size(raw)  # a --set value is YAML too
     problems: list[str] = []
     raw = _expand_env(raw, "", problems)
     if problems:
@@ -622,15 +811,152 @@ def spec_from_dict(raw: dict[str, Any], overrides: list[str] | None = None) -> S
         spec = SweepSpec.model_validate(raw)
     except ValidationError as e:
         raise SpecError([_format_error(err) for err in e.errors()]) from None
-    problems = validate_methods(spec)
+    problems = validate_methods(spec) or trial_count_problems(spec)
     if problems:
         raise SpecError(problems)
     return spec
 
 
+def trial_count(spec: SweepSpec) -> dict[str, int]:
+    """Trials per method before any runs, at most (`pipeline.search.space` drops duplicate draws):
+    the product of its grids' sizes, × `search.num_samples` when it has random domains, × seeds."""
+    counts = {}
+    for name, params in spec.methods.items():
+        domains = [v for v in (params or {}).values() if is_domain(v)]
+        configurations = math.prod(len(v["grid"]) for v in domains if "grid" in v)
+        if any("grid" not in v for v in domains):
+            configurations *= spec.search.num_samples
+        counts[name] = configurations * len(spec.seeds)
+    return counts
+
+
+def trial_count_problems(spec: SweepSpec) -> list[str]:
+    """A sweep of more than MAX_TRIALS trials is refused before any work: each trial is a training
+    run, a results row and an MLflow run, and the trial list itself is built in memory."""
+    counts = trial_count(spec)
+    total = sum(counts.values())
+    if total <= MAX_TRIALS:
+        return []
+    sampled = spec.search.num_samples > 1 and any(
+        is_domain(v) and "grid" not in v for params in spec.methods.values() for v in (params or {}).values())
+    where = "search.num_samples" if sampled else "methods"
+    per_method = ", ".join(f"{name}: {count:,}" for name, count in counts.items())
+    return [f"{where}: the sweep would run {total:,} trials ({per_method}; with {len(spec.seeds)} seed(s)), more than the "
+            f"{MAX_TRIALS:,} one sweep may hold; use fewer grid values, search.num_samples or seeds"]
+
+
 def spec_to_dict(spec: SweepSpec) -> dict[str, Any]:
     """A plain dict that round-trips through `spec_from_dict` (what Ray ships to workers)."""
     return spec.model_dump(mode="json")
+
+
+# ----------------------------------------------------------------------------------------------
+# the teacher's own limits
+# ----------------------------------------------------------------------------------------------
+
+# model types whose position table starts after the padding index (pad_token_id + 1 slots unused)
+_OFFSET_POSITIONS = ("roberta", "xlm-roberta", "camembert")
+
+
+def teacher_config(teacher: TeacherConfig) -> tuple[dict[str, Any], str] | None:
+    """The teacher's shape (its config.json, or `teacher.architecture` for `random`) and where it
+    was read, when that needs no network: a fine-tuned teacher folder, a `pkg:` folder, a local
+    folder, or a hub model already in the local hub cache. None otherwise: nothing is downloaded.
+    Read as JSON, without transformers: only the sizes the spec's checks compare are needed."""
+    if teacher.model == "random" and teacher.architecture is not None and not teacher.finetuned:
+        a = teacher.architecture
+        return ({"num_hidden_layers": a.num_layers, "num_attention_heads": a.num_heads, "hidden_size": a.hidden_size,
+                 "max_position_embeddings": a.max_position_embeddings, "model_type": "bert"}, "teacher.architecture")
+    candidates = [Path(os.path.expanduser(teacher.finetuned)) / "config.json"] if teacher.finetuned else []
+    ref = teacher.model
+    if ref.startswith("pkg:"):
+        module, _, folder = ref[4:].partition("/")
+        try:
+            found = importlib.util.find_spec(module) if module else None
+        except (ImportError, ValueError):
+            found = None
+        if found is not None and found.submodule_search_locations:
+            candidates.append(Path(list(found.submodule_search_locations)[0]) / folder / "config.json")
+    elif ref != "random" and Path(os.path.expanduser(ref)).is_dir():
+        candidates.append(Path(os.path.expanduser(ref)) / "config.json")
+    elif ref != "random":
+        try:
+            from huggingface_hub import try_to_load_from_cache
+
+            cached = try_to_load_from_cache(ref, "config.json", revision=teacher.revision)
+        except Exception:  # noqa: BLE001 - a name the hub refuses is reported when the sweep loads it
+            cached = None
+        if isinstance(cached, str):
+            candidates.append(Path(cached))
+    for path in candidates:
+        try:
+            config = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(config, dict):
+            return config, str(path)
+    return None
+
+
+def teacher_problems(spec: SweepSpec) -> list[str]:
+    """What the teacher's own config rules out (`drydock validate` checks it): sequences longer
+    than its position table, students deeper than it, heads that do not divide a width. Each
+    would fail only once the data is tokenized or the teacher fine-tuned. Not part of
+    `load_spec`, which reads no file the spec names (`load_deepspeed_preset` says why)."""
+    found = teacher_config(spec.teacher)
+    if found is None:
+        return []
+    config, source = found
+    ints = {k: v for k, v in config.items() if isinstance(v, int) and not isinstance(v, bool)}
+    problems: list[str] = []
+    positions = ints.get("max_position_embeddings")
+    if positions is not None and config.get("model_type") in _OFFSET_POSITIONS:
+        positions -= ints.get("pad_token_id", 1) + 1
+    for field, length in (("task.max_seq_length", spec.task.max_seq_length),
+                          ("selection.latency.seq_length", spec.selection.latency.seq_length)):
+        if positions is not None and length > positions:
+            problems.append(f"{field}: {length} exceeds the teacher's {positions} positions ({source}); use at most {positions}")
+    depth = ints.get("num_hidden_layers")
+    if depth is not None:
+        problems += _depth_problems(spec, depth, source)
+    hidden, heads, s = ints.get("hidden_size"), ints.get("num_attention_heads"), spec.student
+    if hidden and heads and (s.hidden_size or s.num_heads) and (s.hidden_size or hidden) % (s.num_heads or heads):
+        field = "student.num_heads" if s.num_heads else "student.hidden_size"
+        problems.append(f"{field}: the student's hidden size {s.hidden_size or hidden} is not divisible by its "
+                        f"{s.num_heads or heads} heads (an unset one is the teacher's: hidden size {hidden}, {heads} heads; {source})")
+    return problems
+
+
+def _depth_problems(spec: SweepSpec, depth: int, source: str) -> list[str]:
+    """A student keeps at most the teacher's `depth` layers, by indices 0..depth-1: the spec's
+    `student` section and every method's `num_layers` / `layers` (each value of a domain)."""
+    given: list[tuple[str, Any]] = [("student.num_layers", spec.student.num_layers), ("student.layers", spec.student.layers)]
+    for name, params in spec.methods.items():
+        for pname in ("num_layers", "layers"):
+            value = (params or {}).get(pname)
+            for cand in domain_candidates(value) if is_domain(value) else [value]:
+                given.append((f"methods.{name}.{pname}", cand))
+    problems: list[str] = []
+    for field, value in given:
+        if isinstance(value, int) and not isinstance(value, bool) and value > depth:
+            problems.append(f"{field}: {value} layers exceed the teacher's {depth} ({source})")
+        elif isinstance(value, list) and (outside := [i for i in value if isinstance(i, int) and not 0 <= i < depth]):
+            problems.append(f"{field}: index {outside[0]} is not a layer of the {depth}-layer teacher "
+                            f"(indices 0-{depth - 1}; {source})")
+    return list(dict.fromkeys(problems))
+
+
+NO_METHODS = "methods: the spec lists no method to run"  # what `drydock sweep` says too
+
+
+def check_for_sweep(spec: SweepSpec) -> None:
+    """What `drydock validate` checks beyond `load_spec`: a method to run (a spec without one
+    still serves `drydock train --method` and `drydock eval`, which load it too) and the
+    teacher's own limits. Raises a SpecError listing every problem."""
+    problems = ([] if spec.methods else [f"{NO_METHODS} (`drydock methods` lists them), e.g. `methods: {{kd: {{}}}}`"])
+    problems += teacher_problems(spec)
+    if problems:
+        raise SpecError(problems)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -2,8 +2,14 @@
 
 Columns, a public contract (consumers read them by name): trial_id, method, seed, status,
 error, params.<name>…, metric_name, metric, metrics.<name>…, teacher_metric, retention,
-num_params, num_params_encoder, latency_ms, latency_p90_ms, speedup, train_seconds, steps,
-pareto, student_path, mlflow_run_id.
+num_params, num_params_encoder, latency_ms, latency_p90_ms, speedup, latency_device,
+train_seconds, steps, pareto, student_path, mlflow_run_id.
+
+`latency_ms`, `latency_p90_ms` and `speedup` are the trial's own export as timed (p50, p90, and
+the teacher's p50 on the same node over the student's), and `latency_device` names the model of
+the device it was timed on (a GPU's name, or the CPU's model); all four stay empty for a trial
+whose export was not timed (by default only the seed of each configuration the registry
+serves is: `pipeline.select.pareto`, "served_trials").
 
 The file is rewritten atomically after every finished trial (write a temporary file, rename),
 so a consumer reading it mid-sweep, or a sweep killed mid-write, never sees a torn file. Rows are
@@ -26,10 +32,11 @@ LEADING = ["trial_id", "method", "seed", "status", "error"]
 MIDDLE = ["metric_name", "metric"]
 TRAILING = [
     "teacher_metric", "retention", "num_params", "num_params_encoder", "latency_ms", "latency_p90_ms",
-    "speedup", "train_seconds", "steps", "pareto", "student_path", "mlflow_run_id",
+    "speedup", "latency_device", "train_seconds", "steps", "pareto", "student_path", "mlflow_run_id",
 ]
 NUMERIC = {"metric", "teacher_metric", "retention", "latency_ms", "latency_p90_ms", "speedup", "train_seconds"}
 INTEGER = {"seed", "num_params", "num_params_encoder", "steps"}
+TEXT = {"trial_id", "method", "status", "error", "metric_name", "latency_device", "student_path", "mlflow_run_id"}
 
 
 def ordered_columns(columns: list[str]) -> list[str]:
@@ -80,7 +87,7 @@ def trial_row(
         "metric_name": outcome.get("metric_name", metric_name), "metric": metric,
         "teacher_metric": teacher_metric, "retention": retention,
         "num_params": outcome.get("num_params"), "num_params_encoder": outcome.get("num_params_encoder"),
-        "latency_ms": None, "latency_p90_ms": None, "speedup": None, "pareto": None,
+        "latency_ms": None, "latency_p90_ms": None, "speedup": None, "latency_device": None, "pareto": None,
         "train_seconds": outcome.get("train_seconds"), "steps": outcome.get("steps"),
         "student_path": outcome.get("student_path"), "mlflow_run_id": mlflow_run_id,
     }
@@ -100,7 +107,7 @@ def to_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
             frame[c] = pd.to_numeric(frame[c], errors="coerce").astype("Int64")
         elif c == "pareto":
             frame[c] = frame[c].astype("boolean")
-        elif c in ("trial_id", "method", "status", "error", "metric_name", "student_path", "mlflow_run_id"):
+        elif c in TEXT:
             frame[c] = frame[c].astype("string")
     return frame
 

@@ -2,66 +2,48 @@
 
 It answers one question cheaply — did anything that decides the result change since the last
 successful run? — by comparing fingerprints of the spec, the tokenized data and the teacher with
-those the last success recorded in `<workdir>/<name>/retrain.json`. Nothing changed: exit 0 in
-seconds and say so. Something changed: run the sweep (its stages reuse whatever is still valid:
-cached data, cached teacher), which measures, selects, registers, and moves `champion` only on
-improvement. A lock file per spec keeps two overlapping runs from both writing.
+those the last success recorded in `<workdir>/<name>/retrain.json`. A hub teacher or hub dataset
+counts by the commit its revision names now (resolved once, `pipeline.prepare.revisions`, and the
+sweep then runs with those commits), so a push to its branch is a change. Nothing changed: exit 0
+in seconds and say so. Something changed: run the sweep (its stages reuse whatever is still
+valid: cached data, cached teacher), which measures, selects, registers, and moves `champion`
+only on improvement. The spec's lock (`pipeline.lock`), which `drydock sweep` takes too, keeps
+two overlapping runs from both writing: the second does not wait.
 
 Exit codes a scheduler can act on: 0 done or nothing to do; 2 bad spec or data (a person must
-fix something; retrying will not help); 1 the run failed or another run holds the lock.
-A one-line summary goes to stdout.
+fix something; retrying will not help); 1 the run failed or another run of the spec (a retrain
+or a sweep) holds the lock ("skipped", with the holder). A one-line summary goes to stdout.
 """
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import os
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from pipeline.config import SweepSpec, spec_to_dict
 from pipeline.errors import DrydockError
+from pipeline.lock import Locked, spec_lock
 
 STATE_FILE = "retrain.json"
-LOCK_FILE = ".retrain.lock"
 
 
-class Locked(RuntimeError):
-    """Another retrain of the same spec is running."""
+def fingerprints(spec: SweepSpec, workdir: Path, *, pinned: SweepSpec | None = None) -> dict[str, str]:
+    """What decides a sweep's outcome: the spec (minus where it runs), the data, the teacher.
 
-
-@contextmanager
-def spec_lock(sweep_dir: Path) -> Iterator[None]:
-    """An exclusive, non-blocking lock; the OS releases it if the process dies."""
-    sweep_dir.mkdir(parents=True, exist_ok=True)
-    with open(sweep_dir / LOCK_FILE, "a+") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            handle.seek(0)
-            holder = handle.read().strip() or "another process"
-            raise Locked(f"another retrain of this spec is running ({holder})") from None
-        handle.seek(0)
-        handle.truncate()
-        handle.write(f"pid {os.getpid()} since {time.strftime('%Y-%m-%d %H:%M:%S')}")
-        handle.flush()
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-def fingerprints(spec: SweepSpec, workdir: Path) -> dict[str, str]:
-    """What decides a sweep's outcome: the spec (minus where it runs), the data, the teacher."""
+    The spec counts as written (`teacher.revision: main` stays `main`); the data and the teacher
+    count at the commits a hub dataset's and a hub teacher's revisions name now, resolved here or
+    given as `pinned` (`pin_revisions(spec)`, which the sweep then runs with)."""
     from pipeline.prepare.cache import folder_digest
+    from pipeline.prepare.revisions import pin_revisions
     from pipeline.prepare.stage import prepare
     from pipeline.training.teacher import teacher_key
 
+    pinned = pinned or pin_revisions(spec)
     settings = spec_to_dict(spec)
     for where in ("resources", "tracking"):  # the same study run elsewhere is the same study
         settings.pop(where, None)
@@ -74,13 +56,19 @@ def fingerprints(spec: SweepSpec, workdir: Path) -> dict[str, str]:
     for split in ("train", "dev", "test"):
         (settings["task"].get("files") or {}).pop(split, None)
     settings["teacher"].pop("finetuned", None)
-    prepared = prepare(spec, workdir)
+    if settings["teacher"].get("revision") is None:  # specs fingerprinted before the field existed keep their fingerprint
+        settings["teacher"].pop("revision", None)
+    latency = settings.get("selection", {}).get("latency", {})
+    latency.pop("accelerator_type", None)  # which machines time the students is where it runs, not the study
+    if not latency.get("all_seeds"):  # at its default, as before the field existed
+        latency.pop("all_seeds", None)
+    prepared = prepare(pinned, workdir)
     given = spec.teacher.finetuned
     return {
         "spec": hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16],
         "data": prepared.data.fingerprint,
         # a given teacher by its files: a nightly-refreshed checkpoint at the same path is a change
-        "teacher": teacher_key(spec, prepared) if not given else f"given:{folder_digest(Path(given))}",
+        "teacher": teacher_key(pinned, prepared) if not given else f"given:{folder_digest(Path(given))}",
     }
 
 
@@ -95,25 +83,33 @@ def _write_state(sweep_dir: Path, state: dict[str, Any]) -> None:
     os.replace(tmp, sweep_dir / STATE_FILE)
 
 
-def retrain(spec: SweepSpec, workdir: Path, *, address: str | None = None, log: Callable[[str], None] = print) -> tuple[str, dict[str, Any]]:
+def retrain(spec: SweepSpec, workdir: str | Path, *, address: str | None = None,
+            log: Callable[[str], None] = print) -> tuple[str, dict[str, Any]]:
     """Returns (what happened: "unchanged" | "retrained", details for the summary line)."""
-    from pipeline.sweep import run_sweep
+    from pipeline.storage import WorkStore
 
-    workdir = workdir.resolve()
-    sweep_dir = workdir / spec.name
-    with spec_lock(sweep_dir):
-        current = fingerprints(spec, workdir)
+    store = WorkStore.open(workdir)  # a folder (its own local folder) or a URI (this node's folder for it)
+    workdir = store.local
+    sweep_dir = workdir / spec.name  # the lock's folder, as `drydock sweep` takes it (pipeline.lock)
+    with spec_lock(sweep_dir, f"drydock retrain {spec.name}"):
+        from pipeline.prepare.revisions import pin_revisions  # after the lock: a skip costs no heavy import
+        from pipeline.sweep import run_sweep
+
+        pinned = pin_revisions(spec)  # once: the fingerprints and the sweep see the same commits
+        current = fingerprints(spec, workdir, pinned=pinned)
+        store.fetch(f"{spec.name}/{STATE_FILE}", fresh=True)  # a URI's record, as the last success left it
         last = _read_state(sweep_dir)
         if last.get("fingerprints") == current:
             return "unchanged", {"since": last.get("finished_at"), "champion": last.get("champion")}
         changed = sorted(k for k in current if last.get("fingerprints", {}).get(k) != current[k])
         log(f"retrain: {', '.join(changed)} changed since the last successful run; running the sweep")
-        frame = run_sweep(spec, workdir, address=address, log=log)
+        frame = run_sweep(pinned, store.location, address=address, log=log)
         finished = frame[frame["status"] == "finished"] if len(frame) else frame
         if not len(finished):
             raise RuntimeError("no trial finished; nothing to select or register")
         champion = _champion(spec, workdir)
         _write_state(sweep_dir, {"fingerprints": current, "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S"), "champion": champion})
+        store.push(f"{spec.name}/{STATE_FILE}")
         return "retrained", {"changed": changed, "trials": len(frame), "finished": len(finished), "champion": champion}
 
 
@@ -141,7 +137,7 @@ def summary_line(outcome: str, details: dict[str, Any], spec: SweepSpec) -> str:
     )
 
 
-def run_cli(spec: SweepSpec, workdir: Path, address: str | None) -> int:
+def run_cli(spec: SweepSpec, workdir: str | Path, address: str | None) -> int:
     try:
         outcome, details = retrain(spec, workdir, address=address)
     except DrydockError:

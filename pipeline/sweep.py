@@ -21,67 +21,90 @@ from pathlib import Path
 import pandas as pd
 
 from pipeline import results as results_table
-from pipeline.config import SweepSpec, load_deepspeed_preset, spec_to_dict
+from pipeline.config import SweepSpec, check_for_sweep, load_deepspeed_preset, spec_to_dict
 from pipeline.errors import DrydockError
+from pipeline.prepare.revisions import source_revisions
 from pipeline.prepare.stage import prepare
 from pipeline.search.driver import SearchContext
 from pipeline.search.ray_instance import check_gpu_workers, init_ray, max_concurrent
-from pipeline.search.recorder import SweepRecorder, stand_in_callback
+from pipeline.search.recorder import SweepRecorder, record_pending, stand_in_callback
 from pipeline.search.space import expand_trials
-from pipeline.search.state import end_run, open_run, run_storage, start_run
+from pipeline.search.state import end_run, open_run, run_revisions, run_storage, start_run
 from pipeline.search.teacher import teacher_stage
 from pipeline.search.trainer import TrainResources
 from pipeline.search.tuner import make_tuner
+from pipeline.select.latency import check_latency_nodes
 from pipeline.select.stage import select_stage
-from pipeline.tracking import SweepTracker
+from pipeline.storage import WorkStore
+from pipeline.tracking import TRACKING_DB, SweepTracker, uses_default_store
 
 # Runs started before the recorder left this module pickled their Tune callback (tuner.pkl) as a
 # call to `pipeline.sweep._stand_in_callback`: the name stays so that `--resume` unpickles them.
 _stand_in_callback = stand_in_callback
 
 
-def run_sweep(spec: SweepSpec, workdir: Path, *, resume: bool = False, address: str | None = None,
+def run_sweep(spec: SweepSpec, workdir: str | Path, *, resume: bool = False, address: str | None = None,
               log: Callable[[str], None] = print) -> pd.DataFrame:
     """Run the sweep; returns the results table. Every check that can fail on the user's input
     runs before the work it would waste, and nothing in the sweep's folder changes until the
-    search starts."""
-    workdir = workdir.resolve()
+    search starts. `workdir`: a folder, or a URI no node needs to mount (`pipeline.storage`)."""
+    store = WorkStore.open(workdir)
     trials = expand_trials(spec)
     if not trials:
         raise DrydockError("methods: the spec lists no method to run")
+    check_for_sweep(spec)  # what `drydock validate` checks against the teacher's own limits
     deepspeed_preset = load_deepspeed_preset(spec)  # read here: workers may run in another directory
-    run = open_run(spec, workdir / spec.name, resume, log)
-    tracker = SweepTracker(spec, workdir)  # a wrong tracking URI fails here, before any work
+    store.check_writable()  # a bad bucket, endpoint or credential fails here, before any work
+    local = store.local
+    run = open_run(spec, local / spec.name, resume, log, store)
+    spec = run_revisions(spec, run)  # the hub commits, once for every stage (a resumed run keeps its own)
+    own_tracking = store.is_remote and uses_default_store(spec)
+    if own_tracking and store.exists(TRACKING_DB):  # the sweep's SQLite store, kept in the work location
+        store.fetch(TRACKING_DB, fresh=True)
+    tracker = SweepTracker(spec, local, artifact_root=store.uri("mlartifacts") if store.is_remote else None)  # a wrong URI fails here
 
     t0 = time.time()
-    prepared = prepare(spec, workdir)
+    prepared = prepare(spec, local)
+    folders = prepared.folders(local / "cache")
+    for name in folders.values():
+        store.push(f"cache/{name}")
     log(f"prepare: {prepared.data.num_train} training examples, fingerprint {prepared.data.fingerprint} ({time.time() - t0:.1f}s)")
 
     init_ray(address or spec.resources.address, spec.resources.use_gpu)
     concurrency = max_concurrent(spec, log)  # before the teacher, which needs a trial's resources too
     check_gpu_workers(spec, log)
-    storage = run_storage(spec, run.paths)
-    teacher = teacher_stage(spec, prepared, workdir, storage_path=storage.train, deepspeed_preset=deepspeed_preset, log=log)
+    check_latency_nodes(spec.selection.latency)  # a mixed-GPU cluster needs selection.latency.accelerator_type
+    storage = run_storage(spec, run.paths, store)
+    teacher, teacher_ref = teacher_stage(spec, prepared, store, folders=folders, storage_path=storage.train,
+                                         deepspeed_preset=deepspeed_preset, log=log)
     metric_name = prepared.data.task.primary_metric
 
     start_run(run, spec, tracker, teacher_metrics=teacher.metrics, params={
         "task": spec.task.name, "teacher": spec.teacher.model, "methods": ",".join(spec.methods),
-        "trials": str(len(trials)), "data_fingerprint": prepared.data.fingerprint})
+        "trials": str(len(trials)), "data_fingerprint": prepared.data.fingerprint,
+        **source_revisions(spec, prepared.data.revision)}, log=log, backfill=record_pending)  # the hub commits: teacher_revision, data_revision
     log(f"search: {len(trials)} trials ({', '.join(sorted({t.method for t in trials}))}) × seeds {spec.seeds}; run {run.paths.run_id}")
     context = SearchContext(
-        spec=spec_to_dict(spec), resources=TrainResources.of(spec), workdir=str(workdir),
-        trials_dir=str(run.paths.trials_dir), train_storage=storage.train, metric_key=f"eval/{metric_name}",
-        teacher={"path": str(teacher.path), "metrics": teacher.metrics, "key": teacher.key}, deepspeed_preset=deepspeed_preset,
+        spec=spec_to_dict(spec), resources=TrainResources.of(spec), workdir=store.location,
+        trials_dir=run.paths.trials_dir.relative_to(local).as_posix(), train_storage=storage.train,
+        metric_key=f"eval/{metric_name}", teacher={"path": teacher_ref, "metrics": teacher.metrics, "key": teacher.key},
+        prepared=folders, deepspeed_preset=deepspeed_preset,
     )
-    recorder = SweepRecorder(run.paths, tracker, metric_name, teacher.metrics.get(context.metric_key), log)
+    if own_tracking:
+        store.push(TRACKING_DB)  # the parent run is in the record before any trial starts
+    recorder = SweepRecorder(run.paths, tracker, metric_name, teacher.metrics.get(context.metric_key), log, store=store,
+                             tracking_file=TRACKING_DB if own_tracking else None)
     status = "FAILED"
     try:
         tuner = make_tuner(spec, trials, context, storage, concurrency=concurrency, callback=recorder, run=run, log=log)
         recorder.reconcile(tuner.fit())
         recorder.close()  # the verifier is not needed while measuring latency
-        select_stage(spec, workdir, run.paths.sweep_dir, tracker, teacher.path, log)
+        # the teacher as every node reaches it (a given teacher folder is published under teachers/)
+        select_stage(spec, local, run.paths.sweep_dir, tracker, store.localize(teacher_ref), log, store=store)
         status = "FINISHED"
     finally:
         recorder.close()
-        end_run(run, tracker, status)
+        end_run(run, tracker, status, log=log)
+        if own_tracking and store.path(TRACKING_DB).is_file():
+            store.push(TRACKING_DB)
     return results_table.read_results(run.paths.results)

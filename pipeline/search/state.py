@@ -1,13 +1,18 @@
 """A sweep's runs on disk, and what `--resume` continues.
 
 Folders, under `<workdir>/<sweep name>/`:
-    state.json                 the current run id and its MLflow parent run (what --resume continues)
+    state.json                 the current run id and its MLflow parent run (what --resume continues),
+                               and its status: running, finished, failed, or killed (still "running"
+                               when the next run started: its driver was killed)
     results.parquet            one row per trial of the current run (the contract of pipeline/results.py)
     runs/<run id>/spec.json    the spec the run started with (a resumed run must keep it)
     runs/<run id>/tune/        Tune's experiment state (Tuner.restore reads it)
     runs/<run id>/train/       Ray Train checkpoints, one folder per trial (resume point for retries)
     runs/<run id>/trials/<key> each trial's student/, metrics.json and outcome.json
 A new sweep run never deletes an earlier run's folders; results.parquet describes the newest.
+With a URI work location these live in this node's mirror and in the store (`pipeline.storage`):
+the run's files are fetched when it opens and pushed when it starts and ends; Tune's and Train's
+state go to the store directly (their storage path is its URI); trials push their own folders.
 """
 
 from __future__ import annotations
@@ -20,13 +25,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import mlflow
+
 from pipeline import results as results_table
 from pipeline.config import SweepSpec, spec_to_dict
 from pipeline.errors import DrydockError
+from pipeline.prepare.revisions import pin_revisions
+from pipeline.storage import WorkStore
 from pipeline.tracking import SweepTracker, flatten_params
 
 STATE_FILE = "state.json"
 SPEC_FILE = "spec.json"
+# What a resumed run may be given differently: how many checkpoints it keeps, and the hub commits
+# (a branch may have moved since; the run keeps the commits it started with, `run_revisions`).
+RESUME_MAY_DIFFER = frozenset({"train.keep_checkpoints", "teacher.revision", "task.hub_revision"})
 
 
 @dataclass(frozen=True)
@@ -58,6 +70,8 @@ class SweepRun:
     paths: SweepPaths
     resuming: bool
     state: dict[str, Any]  # state.json as this run found it
+    store: WorkStore | None = None  # the work location; None: the sweep folder is the place of record
+    opened_at: float = 0.0  # when this run opened: the sweep's files written since are the ones it pushes
 
     @property
     def previous_run_id(self) -> str | None:
@@ -90,13 +104,21 @@ def save_state(sweep_dir: Path, state: dict[str, Any]) -> None:
     os.replace(tmp, sweep_dir / STATE_FILE)
 
 
-def open_run(spec: SweepSpec, sweep_dir: Path, resume: bool, log: Callable[[str], None]) -> SweepRun:
-    """Which run this is; touches nothing on disk, so a check that fails later leaves it as it was."""
+def open_run(spec: SweepSpec, sweep_dir: Path, resume: bool, log: Callable[[str], None], store: WorkStore | None = None) -> SweepRun:
+    """Which run this is; touches nothing in the sweep's folder (a URI's files are only fetched
+    into this node's mirror), so a check that fails later leaves it as it was."""
+    remote = store is not None and store.is_remote
+    if remote:
+        for name in (STATE_FILE, results_table.RESULTS_FILE):
+            store.fetch(f"{spec.name}/{name}", fresh=True)
     state = read_state(sweep_dir)
     resuming = resume and bool(state.get("run_id"))
     if resume and not resuming:
-        log(f"resume: no earlier run of {spec.name!r} in {sweep_dir}; starting a new one")
-    run = SweepRun(SweepPaths(sweep_dir, state["run_id"] if resuming else time.strftime("%Y%m%d-%H%M%S")), resuming, state)
+        log(f"resume: no earlier run of {spec.name!r} in {store.uri(spec.name) if store else sweep_dir}; starting a new one")
+    run = SweepRun(SweepPaths(sweep_dir, state["run_id"] if resuming else time.strftime("%Y%m%d-%H%M%S")), resuming, state, store,
+                   opened_at=time.time())
+    if resuming and remote:
+        store.fetch(f"{spec.name}/runs/{run.paths.run_id}/{SPEC_FILE}", fresh=True)
     if resuming:
         check_resumable(spec, run.paths.spec_file, run.paths.run_id)
     return run
@@ -112,31 +134,107 @@ def check_resumable(spec: SweepSpec, saved: Path, run_id: str) -> None:
     before = flatten_params(json.loads(saved.read_text()))
     now = flatten_params(spec_to_dict(spec))
     changed = sorted(k for k in before.keys() | now.keys()
-                     if before.get(k) != now.get(k) and not k.startswith("resources.") and k != "train.keep_checkpoints")
+                     if before.get(k) != now.get(k) and not k.startswith("resources.") and k not in RESUME_MAY_DIFFER)
     if changed:
         shown = ", ".join(changed[:8]) + (f" and {len(changed) - 8} more" if len(changed) > 8 else "")
         raise DrydockError(f"--resume: the spec differs from the one run {run_id} started with ({shown}); "
                            "resume it with that spec, or run without --resume to start a new run")
 
 
-def run_storage(spec: SweepSpec, paths: SweepPaths) -> RunStorage:
+def run_revisions(spec: SweepSpec, run: SweepRun) -> SweepSpec:
+    """The spec with the hub commits this run trains on: those a resumed run started with (its
+    spec.json), else the ones its revisions name now (`pin_revisions`)."""
+    if not (run.resuming and run.paths.spec_file.is_file()):
+        return pin_revisions(spec)
+    saved = json.loads(run.paths.spec_file.read_text())
+    teacher = spec.teacher.model_copy(update={"revision": saved.get("teacher", {}).get("revision")})
+    task = spec.task.model_copy(update={"hub_revision": saved.get("task", {}).get("hub_revision")})
+    return spec.model_copy(update={"teacher": teacher, "task": task})
+
+
+def run_storage(spec: SweepSpec, paths: SweepPaths, store: WorkStore | None = None) -> RunStorage:
     if spec.resources.storage_path:
         root = spec.resources.storage_path.rstrip("/")
         return RunStorage(root, f"{spec.name}-{paths.run_id}-tune", f"{root}/{spec.name}-{paths.run_id}-train")
+    if store is not None and store.is_remote:  # Ray reads and writes the URI itself
+        root = store.uri(f"{spec.name}/runs/{paths.run_id}")
+        return RunStorage(root, "tune", f"{root}/train")
     return RunStorage(str(paths.run_dir), "tune", str(paths.run_dir / "train"))
 
 
-def start_run(run: SweepRun, spec: SweepSpec, tracker: SweepTracker, params: dict[str, Any], teacher_metrics: dict[str, Any]) -> None:
-    """Take the sweep's folder over, once every check has passed and the teacher is ready: the
-    previous run's table moves into that run's folder, and the MLflow parent run starts (or the
-    interrupted one continues)."""
+def push_run_files(run: SweepRun) -> None:
+    """The sweep's own files, from this node's mirror to the store: state, results, report,
+    latency record, the run's spec (a trial's folder is pushed by its rank 0, Ray's state by Ray)."""
+    store = run.store
+    if store is None or not store.is_remote:
+        return
+    sweep_key = store.key_of(run.paths.sweep_dir)
+    written = lambda p: not p.name.startswith(".") and p.stat().st_mtime >= run.opened_at - 1  # noqa: E731 - by this run
+    for child in sorted(run.paths.sweep_dir.iterdir()):
+        if child.name != "runs" and written(child) and (child.is_file() or any(f.is_file() for f in child.rglob("*"))):
+            store.push(f"{sweep_key}/{child.name}")
+    for child in sorted(run.paths.run_dir.iterdir()) if run.paths.run_dir.is_dir() else []:
+        if child.is_file() and written(child):
+            store.push(f"{sweep_key}/runs/{run.paths.run_id}/{child.name}")
+
+
+Backfill = Callable[[SweepTracker, Path, WorkStore | None], int]  # `pipeline.search.recorder.record_pending`
+
+
+def close_previous(run: SweepRun, tracker: SweepTracker, log: Callable[[str], None] = print, backfill: Backfill | None = None) -> None:
+    """What the previous run left open in MLflow, closed before a new run takes the folder over:
+    the runs of its rows that its failing tracking store never got are written
+    (`pipeline.search.recorder.record_pending`), and the runs a killed driver left RUNNING (the
+    parent and its trials' runs) are set KILLED; state.json says "killed" for a run it said was
+    still running. Best effort: a failure here is told, and does not stop the new run."""
+    parent, previous = run.state.get("parent_run_id"), run.previous_run_id
+    if not parent or not previous:
+        return
+    if backfill is not None and run.paths.results.exists():  # given by the caller: the recorder imports this module
+        try:
+            written = backfill(tracker.under(parent), run.paths.results, run.store)
+            if written:
+                log(f"run {previous}: wrote the MLflow runs of {written} trial(s) its tracking store had refused")
+        except Exception as e:
+            log(f"warning: run {previous}: the MLflow runs of its trials without one were not written: {type(e).__name__}: "
+                f"{(str(e).strip().splitlines() or [''])[0][:200]}")
+    try:
+        parent_killed, killed = tracker.close_abandoned(parent)
+    except Exception as e:
+        log(f"warning: run {previous}: its MLflow runs left RUNNING in {tracker.uri} were not closed: {type(e).__name__}: "
+            f"{(str(e).strip().splitlines() or [''])[0][:200]}")
+        return
+    if parent_killed or killed:
+        closed = " and ".join(([f"its parent run {parent}"] if parent_killed else []) + ([f"{killed} trial run(s)"] if killed else []))
+        log(f"run {previous}: its driver stopped without closing its MLflow runs; {closed} left RUNNING now KILLED")
+    if run.state.get("status") == "running":
+        save_state(run.paths.sweep_dir, {**run.state, "status": "killed"})
+
+
+def start_run(run: SweepRun, spec: SweepSpec, tracker: SweepTracker, params: dict[str, Any], teacher_metrics: dict[str, Any],
+              log: Callable[[str], None] = print, backfill: Backfill | None = None) -> None:
+    """Take the sweep's folder over, once every check has passed and the teacher is ready: what the
+    previous run left open in MLflow is closed (`close_previous`), its table moves into that run's
+    folder, and the MLflow parent run starts (or the interrupted one continues)."""
     paths = run.paths
     paths.trials_dir.mkdir(parents=True, exist_ok=True)
+    if not run.resuming:
+        close_previous(run, tracker, log, backfill)
     if not run.resuming and paths.results.exists() and run.previous_run_id:
-        os.replace(paths.results, paths.sweep_dir / "runs" / run.previous_run_id / results_table.RESULTS_FILE)
+        previous = paths.sweep_dir / "runs" / run.previous_run_id
+        previous.mkdir(parents=True, exist_ok=True)  # a URI's mirror on a fresh node has only the files it fetched
+        os.replace(paths.results, previous / results_table.RESULTS_FILE)
+        if run.store is not None and run.store.is_remote:  # the store's table moves too: a --resume reads it
+            sweep_key = run.store.key_of(paths.sweep_dir)
+            run.store.push(f"{sweep_key}/runs/{run.previous_run_id}/{results_table.RESULTS_FILE}")
+            run.store.delete(f"{sweep_key}/{results_table.RESULTS_FILE}")
     if run.resuming and run.state.get("parent_run_id"):
         tracker.parent_id = run.state["parent_run_id"]
-        tracker.client.update_run(tracker.parent_id, status="RUNNING")
+        try:
+            tracker.client.update_run(tracker.parent_id, status="RUNNING")
+        except mlflow.exceptions.MlflowException as e:
+            raise DrydockError(f"--resume: run {paths.run_id}'s MLflow parent run {tracker.parent_id} is not in the tracking store "
+                               f"{tracker.uri} ({str(e).strip().splitlines()[0][:200]}); run without --resume to start a new run") from None
     else:
         tracker.start_parent(resume=False)
         paths.spec_file.write_text(json.dumps(spec_to_dict(spec), indent=2))
@@ -144,12 +242,19 @@ def start_run(run: SweepRun, spec: SweepSpec, tracker: SweepTracker, params: dic
         metrics = {f"teacher/{k.split('/', 1)[-1]}": v for k, v in teacher_metrics.items() if isinstance(v, (int, float))}
         tracker.log_parent(params=params, metrics=metrics)
     save_state(paths.sweep_dir, {"run_id": paths.run_id, "parent_run_id": tracker.parent_id, "status": "running"})
+    push_run_files(run)
 
 
-def end_run(run: SweepRun, tracker: SweepTracker, status: str) -> None:
+def end_run(run: SweepRun, tracker: SweepTracker, status: str, log: Callable[[str], None] = print) -> None:
     """Close the parent run ("FINISHED", else "KILLED") with the results table attached, and
-    record how the run ended."""
-    if run.paths.results.exists():
-        tracker.log_parent_artifact(run.paths.results)
-    tracker.end_parent(status if status == "FINISHED" else "KILLED")
+    record how the run ended. The record does not depend on the tracking store: a parent run it
+    refuses to close stays RUNNING, and the next run closes it (`close_previous`)."""
+    try:
+        if run.paths.results.exists():
+            tracker.log_parent_artifact(run.paths.results)
+        tracker.end_parent(status if status == "FINISHED" else "KILLED")
+    except Exception as e:  # the table and state.json are the record; say what MLflow lacks
+        log(f"warning: the MLflow parent run {tracker.parent_id} was not closed ({type(e).__name__}: "
+            f"{(str(e).strip().splitlines() or [''])[0][:200]}); the next run of this sweep closes it")
     save_state(run.paths.sweep_dir, {"run_id": run.paths.run_id, "parent_run_id": tracker.parent_id, "status": status.lower()})
+    push_run_files(run)

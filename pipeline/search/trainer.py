@@ -3,8 +3,9 @@
 Two callers, one shape: a trial's driver (a Tune actor, `pipeline.search.driver`) and the teacher
 stage on workers (`pipeline.search.teacher`). Both want the spec's workers, GPUs and CPUs per
 worker, `train.keep_checkpoints` kept checkpoints (the latest is the resume point of a retry),
-Train's retries, the reports relayed to the caller while `fit()` blocks, and none of the actors
-drydock does not use.
+Train's retries, the patience to wait for workers while a cluster scales
+(`resources.start_patience_s`), the reports relayed to the caller while `fit()` blocks, and none
+of the actors drydock does not use.
 
 Imported by the trial driver, so it imports nothing heavier than Ray Train (and the torch that
 `ray.train.torch` brings); `tests/unit/search/test_driver.py` checks it.
@@ -12,7 +13,10 @@ Imported by the trial driver, so it imports nothing heavier than Ray Train (and 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import math
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +32,22 @@ if TYPE_CHECKING:
 # retrying forever (worker failures are `max_failures`, the spec's).
 CONTROLLER_FAILURE_LIMIT = 3
 
+# Ray Train's limit on one wait for a worker group's resources, read by the Train controller each
+# time it starts the workers, from its own environment; `fit()` copies the variable from the
+# calling process's environment into the controller's (docs/stack-facts.md, "worker-start-timeout").
+START_TIMEOUT_VARIABLE = "RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S"
+# One round of waiting is at most a minute (Ray's own default): a start that times out is a
+# controller failure, and the retry asks again. The patience is made of as many rounds as it
+# holds. Short rounds matter after a node is lost: a request Ray had placed on the dead node stays
+# pending until its round ends (measured: a retried trial waited its whole 450-s round after a
+# worker node was killed, `tests/integration/search/test_cluster_storage.py`; with 60-s rounds it
+# starts within a minute).
+START_ROUND_S = 60
+
+
+class WorkersDidNotStart(RuntimeError):
+    """A Train run gave up waiting for its workers' resources: the cluster never had them free."""
+
 
 @dataclass(frozen=True)
 class TrainResources:
@@ -39,15 +59,49 @@ class TrainResources:
     gpus_per_worker: float
     max_failures: int
     keep_checkpoints: int = 1  # train.keep_checkpoints (the spec's default)
+    start_patience_s: float | None = 1800.0  # resources.start_patience_s (the spec's default); None: no limit
 
     @classmethod
     def of(cls, spec: SweepSpec) -> TrainResources:
         r = spec.resources
         return cls(r.workers_per_trial, r.use_gpu, r.cpus_per_worker, r.gpus_per_worker, spec.search.max_failures,
-                   spec.train.keep_checkpoints)
+                   spec.train.keep_checkpoints, r.start_patience_s)
 
     def per_worker(self) -> dict[str, float]:
         return {"CPU": self.cpus_per_worker, **({"GPU": self.gpus_per_worker} if self.use_gpu else {})}
+
+    def start_timeout_s(self) -> int:
+        """Ray's limit for one round of waiting for the workers: a minute, or the patience if shorter.
+
+        Whole seconds, rounded up and at least 1: Ray truncates the limit to whole seconds, and a
+        limit under one second becomes 0, a round that gives up at once (docs/stack-facts.md)."""
+        if self.start_patience_s is None:
+            return START_ROUND_S
+        return max(1, min(START_ROUND_S, math.ceil(self.start_patience_s)))
+
+    def start_rounds(self) -> int | None:
+        """How many rounds make the patience (None: no limit)."""
+        if self.start_patience_s is None:
+            return None
+        return max(1, math.ceil(self.start_patience_s / self.start_timeout_s()))
+
+    def controller_failure_limit(self) -> int:
+        """Train's limit on controller restarts: every round of the patience, and never fewer than
+        CONTROLLER_FAILURE_LIMIT for other controller failures; -1 (no limit) without a patience."""
+        rounds = self.start_rounds()
+        return -1 if rounds is None else max(rounds - 1, CONTROLLER_FAILURE_LIMIT)
+
+    def waited_too_long(self) -> WorkersDidNotStart:
+        """The error a run that never got its workers ends with: the field, the wait, the resources."""
+        waited = "without limit" if self.start_patience_s is None else f"within {self.start_patience_s:g} s"
+        asked = self.controller_failure_limit() + 1
+        rounds = f"Ray Train asked for them {asked} times, {self.start_timeout_s()} s each"
+        return WorkersDidNotStart(
+            f"resources.start_patience_s: the {self.num_workers} Train worker(s) of this run, {self.per_worker()} "
+            f"each, did not start {waited} ({rounds}): the cluster never had those "
+            "resources free. Give its autoscaler more time (raise resources.start_patience_s; null waits without "
+            "limit), add nodes, or ask for less (resources.workers_per_trial, cpus_per_worker, gpus_per_worker)"
+        )
 
 
 def run_train(
@@ -64,6 +118,9 @@ def run_train(
     `name` must be unique and stable: a retried or restored run with the same name and storage
     resumes from its last checkpoint. Every report of rank 0 reaches `on_report` before this
     returns. The error is returned, not raised: a trial records it, the teacher stage explains it.
+    While the cluster has no room for the workers, the run waits for it up to
+    `resources.start_patience_s` (an autoscaler adding nodes); a run that waited in vain returns
+    `WorkersDidNotStart`, one line that names the field and the resources it waited for.
     """
     with relayed_reports(on_report) as relay:
         trainer = lean_torch_trainer(
@@ -78,14 +135,46 @@ def run_train(
                 # and never deletes the latest (the one `ray.train.get_checkpoint()` resumes from).
                 checkpoint_config=ray.train.CheckpointConfig(num_to_keep=resources.keep_checkpoints),
                 failure_config=ray.train.FailureConfig(max_failures=resources.max_failures,
-                                                       controller_failure_limit=CONTROLLER_FAILURE_LIMIT),
+                                                       controller_failure_limit=resources.controller_failure_limit()),
             ),
         )
         try:
-            trainer.fit()
+            with start_timeout(resources.start_timeout_s()):
+                trainer.fit()
         except Exception as e:
-            return e
+            if not _timed_out_starting_workers(e):
+                return e
+            failure = resources.waited_too_long()
+            failure.__cause__ = e
+            return failure
     return None
+
+
+@contextmanager
+def start_timeout(seconds: int) -> Iterator[None]:
+    """Ray Train's worker-start limit for the Train runs this process starts meanwhile.
+
+    Set in this process's environment because that is where `fit()` reads it, to hand it to the
+    run's controller (the process that waits); the previous value comes back afterwards. One
+    process runs one `fit()` at a time here (a trial driver's actor, the sweep's own process)."""
+    previous = os.environ.get(START_TIMEOUT_VARIABLE)
+    os.environ[START_TIMEOUT_VARIABLE] = str(seconds)
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop(START_TIMEOUT_VARIABLE, None)
+        else:
+            os.environ[START_TIMEOUT_VARIABLE] = previous
+
+
+def _timed_out_starting_workers(error: BaseException) -> bool:
+    """Whether `fit()` gave up waiting for its workers' resources, after Train's retries.
+
+    Train raises a `ControllerError` around its `WorkerGroupStartupTimeoutError`; that class lives
+    in an internal module of Ray Train, so it is matched by name (a move would not break this)."""
+    failure = getattr(error, "controller_failure", None)
+    return isinstance(error, ray.train.ControllerError) and type(failure).__name__ == "WorkerGroupStartupTimeoutError"
 
 
 def last_line(error: BaseException) -> str:

@@ -1,10 +1,12 @@
 """The Ray Train worker: one process of one trial (rank r of N).
 
-It receives plain data (the validated spec's dump, the trial, paths) and validates the spec where
-it lands (a worker never trusts an unvalidated dict), loads the tokenized data and the fine-tuned
-teacher from the work directory's cache (a trial never re-tokenizes or re-fine-tunes), runs the
-loop under DDP or DeepSpeed, reports every evaluation with a checkpoint, and rank 0 exports the
-student into the trial's folder.
+It receives plain data (the validated spec's dump, the trial, the work location and keys in it)
+and validates the spec where it lands (a worker never trusts an unvalidated dict), loads the
+tokenized data and the fine-tuned teacher from the work location's cache (a trial never
+re-tokenizes or re-fine-tunes; on a store without a shared disk they are fetched into this node's
+mirror first, `pipeline.storage`), runs the loop under DDP or DeepSpeed, reports every evaluation
+with a checkpoint, and rank 0 exports the student into the trial's folder and pushes it, its
+outcome last.
 """
 
 from __future__ import annotations
@@ -23,9 +25,10 @@ import torch
 
 from pipeline.config import ResourcesConfig, SweepSpec, spec_from_dict
 from pipeline.errors import DrydockError
-from pipeline.prepare.stage import prepare
-from pipeline.search.outcome import write_outcome
+from pipeline.prepare.stage import Prepared, load_prepared
+from pipeline.search.outcome import OUTCOME_FILE, write_outcome
 from pipeline.search.space import TrialSpec
+from pipeline.storage import WorkStore
 from pipeline.training import loop
 from pipeline.training.engine import Distributed
 from pipeline.training.teacher import TeacherDiverged, TeacherResult, finetune_teacher
@@ -110,43 +113,74 @@ def _gathered(name: str, item: str | None, world_size: int, rank: int) -> list[s
     return [json.loads(store.get(f"drydock/{name}/{r}")) for r in range(world_size)]
 
 
+def fetch_inputs(store: WorkStore, config: dict[str, Any], spec: SweepSpec) -> Prepared:
+    """The tokenized data and its tokenizer, from this node's mirror (fetched once per node)."""
+    folders = config["prepared"]
+    for name in folders.values():
+        if store.fetch(f"cache/{name}") is None:
+            raise DrydockError(f"--workdir: {store.uri('cache/' + name)} is missing: the sweep prepared it there; "
+                               "was the work location cleaned while the sweep ran?")
+    return load_prepared(spec, store.path("cache"), folders)
+
+
+def _teacher(store: WorkStore, ref: dict[str, Any]) -> TeacherResult:
+    return TeacherResult(store.localize(ref["path"]), ref["metrics"], True, ref["key"])
+
+
 def train_worker(config: dict[str, Any]) -> None:
     """Ray Train's `train_loop_per_worker` for a trial."""
     trial = TrialSpec.from_dict(config["trial"])
-    workdir, output_dir = Path(config["workdir"]), Path(config["output_dir"])
+    store = WorkStore.open(config["workdir"])
+    trial_key = config["trial_dir"]
+    output_dir = store.path(trial_key)
     rank = ray.train.get_context().get_world_rank()
     try:
         spec, dist = _landed(config)
-        t = config["teacher"]
-        teacher = TeacherResult(Path(t["path"]), t["metrics"], True, t["key"])
         outcome = run_trial(
-            spec, trial.method, trial.params, trial.seed, workdir, output_dir,
-            prepared=prepare(spec, workdir), teacher=teacher, dist=dist, reporter=RayReporter(), log=lambda _: None,
+            spec, trial.method, trial.params, trial.seed, store.local, output_dir,
+            prepared=fetch_inputs(store, config, spec), teacher=_teacher(store, config["teacher"]), dist=dist,
+            reporter=RayReporter(), log=lambda _: None,
+            # a method's shared work lives in a node's folder, which the trial's other ranks (maybe
+            # on other nodes) do not see when the work location is a URI: then only a one-worker
+            # trial shares it (with the trials of its node), and a larger one builds its own
+            share_work=not store.is_remote or dist.world_size == 1,
         )  # the export is verified by the sweep's recorder, in one long-lived fresh process
     except (loop.TrainingDiverged, DrydockError) as e:
         # Not retryable (it would diverge again; a setting or input is wrong): record it and end
         # the trial normally.
         if rank == 0:
-            write_outcome(output_dir, {"status": "failed", "error": str(e)})
+            _record(store, trial_key, {"status": "failed", "error": str(e)})
         return
     except Exception as e:
         if rank == 0:
-            write_outcome(output_dir, {"status": "failed", "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()})
+            _record(store, trial_key, {"status": "failed", "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()})
         raise
     if rank == 0:
-        write_outcome(output_dir, {"status": "finished", **outcome.metrics, "student_path": str(outcome.student_path)})
+        # where the sweep (and a results table's reader) finds the student: the store's address
+        _record(store, trial_key, {"status": "finished", **outcome.metrics, "student_path": store.uri(f"{trial_key}/student")})
+
+
+def _record(store: WorkStore, trial_key: str, outcome: dict[str, Any]) -> None:
+    """The outcome, written here and pushed with the trial's folder, the outcome last."""
+    write_outcome(store.path(trial_key), outcome)
+    store.push_last(trial_key, OUTCOME_FILE)
 
 
 def teacher_worker(config: dict[str, Any]) -> None:
     """Ray Train's `train_loop_per_worker` for the teacher stage (`pipeline.search.teacher`): every
-    rank fine-tunes together under the spec's strategy; rank 0 writes the teacher cache. Every
-    evaluation is reported with a checkpoint, so the driver can show progress and a retry resumes.
-    A failure propagates, so Train retries it and the driver stops the sweep with the reason; a
-    divergence is not retried (it would diverge again): rank 0 writes it to `outcome_dir`."""
+    rank fine-tunes together under the spec's strategy; rank 0 writes the teacher cache and pushes
+    it to the work location. Every evaluation is reported with a checkpoint, so the driver can
+    show progress and a retry resumes. A failure propagates, so Train retries it and the driver
+    stops the sweep with the reason; a divergence is not retried (it would diverge again): rank 0
+    writes it to `outcome_dir`, a key of the work location."""
     spec, dist = _landed(config)
-    workdir = Path(config["workdir"])
+    store = WorkStore.open(config["workdir"])
+    key = config["teacher_key"]
     try:
-        finetune_teacher(spec, prepare(spec, workdir), workdir, dist, RayReporter())
+        result = finetune_teacher(spec, fetch_inputs(store, config, spec), store.local, dist, RayReporter(), key=key)
     except TeacherDiverged as e:
         if dist.is_main:
-            write_outcome(Path(config["outcome_dir"]), {"status": "failed", "error": str(e)})
+            _record(store, config["outcome_dir"], {"status": "failed", "error": str(e)})
+        return
+    if result is not None:
+        store.push(f"teachers/{key}")

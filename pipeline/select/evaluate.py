@@ -2,10 +2,15 @@
 
 MODEL is an exported student folder or a registry reference (`models:/NAME@champion`,
 `models:/NAME/3`). Both go through the consumer's loader — a transformers text-classification
-pipeline over `AutoModelForSequenceClassification.from_pretrained(folder, trust_remote_code=True)`,
+pipeline over `AutoModelForSequenceClassification.from_pretrained(folder, trust_remote_code=...)`,
 or `mlflow.pyfunc.load_model(ref)` — and are scored from the label names (or regression scores)
 they return, never from drydock's own logits. So a number from `drydock eval` is what the
 registry's user will see, including any loss from truncation or label mapping.
+
+No unchecked code runs: a folder loads with `trust_remote_code=True` only when its custom code
+(CoFi's `_pruned_bert.py`) is the code its `drydock.json` records (`pipeline.prepare.remote_code`),
+and a registry version is loaded with its `code_sha256` tag (kept in the tracking database, not
+beside the code) for the pyfunc to hold the logged folder's code to.
 
 The split is read like the sweep read it (`pipeline.prepare.data.load_raw`, then the same seeded
 `max_eval_samples` subsample), so `--split dev` reproduces the sweep's dev metric for the
@@ -61,7 +66,7 @@ def load_predictor(ref: str, max_length: int | None, tracking_uri: str | None = 
         uri = tracking_uri or mlflow.get_tracking_uri()
         with tracking(uri):
             try:
-                model = mlflow.pyfunc.load_model(ref)
+                model = mlflow.pyfunc.load_model(ref, model_config=registered_code(ref, uri))
             except MlflowException as e:
                 raise DrydockError(f"{ref}: cannot be loaded from the registry at {uri} ({e.message.splitlines()[0]})") from None
         return lambda inputs: pd.DataFrame(model.predict(inputs))
@@ -76,6 +81,28 @@ def load_predictor(ref: str, max_length: int | None, tracking_uri: str | None = 
         return pd.DataFrame(pipe(inputs, truncation=True, max_length=max_length, batch_size=32))
 
     return predict
+
+
+def registered_code(ref: str, uri: str) -> dict[str, str] | None:
+    """`{"code_sha256": tag}` for a registry version that ships custom code (the pyfunc checks the
+    code it carries against it); None for a run's model, a stock student or an unknown version."""
+    from mlflow.exceptions import MlflowException
+
+    from pipeline.select.registry import client_for
+
+    if not ref.startswith("models:/"):
+        return None
+    name, _, version = ref.removeprefix("models:/").partition("/")
+    name, _, alias = name.partition("@")
+    if not alias and not version.isdigit():
+        return None  # `latest` or a stage, not resolved here: the pyfunc still checks the digests it carries
+    client = client_for(uri)
+    try:
+        found = client.get_model_version_by_alias(name, alias) if alias else client.get_model_version(name, version)
+    except MlflowException:
+        return None  # latest/stage references, or none such: load_model says what is wrong
+    tag = found.tags.get("code_sha256")
+    return {"code_sha256": tag} if tag else None
 
 
 # ----------------------------------------------------------------------------------------------

@@ -10,14 +10,24 @@ single trial:
   (`label_params`). Only
   *finished* trials count: a failed trial has no student, and a trial ASHA stopped was cut
   short, so its metric says how fast it learned rather than where it ended.
+- `served_trials` / `latency_plan` — which seed's export the registry serves for each
+  configuration (the best metric: `aggregate`'s `best_trial_id`, decided by the metric alone,
+  so it is known before anything is timed), and so which exports the select stage times: by
+  default only those (`selection.latency.all_seeds: true` times every finished trial). The
+  other seeds keep empty latency columns rather than a copy of the served seed's figures:
+  CoFi's seeds prune to different shapes, so a copied figure could describe a model that was
+  never timed. A configuration's `latency_ms`, `latency_p90_ms` and `speedup` are means over
+  its *timed* seeds (`latency_n` of its `n`): by default the served export's own figures, so the
+  front places each configuration at the speed of the model a consumer would load.
 - `pareto_mask` / `select` — the Pareto front on (mean metric ↑, latency ↓) [, num_params ↓].
   A configuration is on the front unless another is at least as good on every objective and
   strictly better on one; exact ties are therefore all kept. A configuration without a latency
-  (not measured, or measuring failed) is not a candidate.
+  (no seed timed, or timing failed) is not a candidate.
 - results.parquet's `pareto` column: True on every finished seed row of a Pareto
-  configuration, False on the other candidate rows, and **null where a row was not a candidate**
-  (failed or stopped trials, rows without a metric or latency) — "not on the front" and "never
-  considered" are different answers.
+  configuration (timed or not: the mark belongs to the configuration), False on the other
+  candidate configurations' rows, and **null where a row was not a candidate** (failed or
+  stopped trials, rows without a metric, rows of a configuration without a latency) — "not on
+  the front" and "never considered" are different answers.
 - `paired_comparisons` — each method's best configuration against every other's, paired by
   seed over the seeds they share (the seed fixes data order and initialisation, so pairing
   removes that shared noise): mean difference and a percentile bootstrap 95% interval. With the
@@ -120,25 +130,63 @@ def candidates(frame: pd.DataFrame) -> pd.Series:
     return (frame["status"].astype("string") == "finished").fillna(False).astype(bool) & frame["metric"].notna()
 
 
+def _configurations(frame: pd.DataFrame) -> pd.DataFrame:
+    """The candidate rows, each with its `params` and `config_key`."""
+    rows = frame[candidates(frame)].copy()
+    params = [row_params(r) for _, r in rows.iterrows()]
+    rows["params"] = pd.Series(params, index=rows.index, dtype=object)
+    rows["config_key"] = pd.Series([config_key(m, p) for m, p in zip(rows["method"].astype(str), params)],
+                                   index=rows.index, dtype=object)
+    return rows
+
+
+def served_row(group: pd.DataFrame) -> pd.Series:
+    """The seed of one configuration whose export the registry gets: the best metric (the first
+    such row on a tie). One function, so what is timed and what is registered cannot drift apart."""
+    return group.loc[group["metric"].astype("float64").idxmax()]
+
+
+def served_trials(frame: pd.DataFrame) -> dict[str, str]:
+    """config_key → trial_id of the export the registry would serve for that configuration."""
+    rows = _configurations(frame)
+    return {key: str(served_row(group)["trial_id"]) for key, group in rows.groupby("config_key", sort=False)}
+
+
+def served_by(frame: pd.DataFrame) -> dict[str, str]:
+    """trial_id → the trial_id its configuration serves, for every candidate row."""
+    rows = _configurations(frame)
+    served = served_trials(frame)
+    return {str(t): served[k] for t, k in zip(rows["trial_id"], rows["config_key"])}
+
+
+def latency_plan(frame: pd.DataFrame, all_seeds: bool) -> list[str]:
+    """The trial_ids whose exports the select stage times: each configuration's served seed, or,
+    with `all_seeds`, every finished trial (as before the choice existed; trials without a metric
+    are timed too but are no candidates). See the module docstring for what the others get."""
+    if not all_seeds:
+        return list(served_trials(frame).values())
+    if not len(frame):
+        return []
+    finished = (frame["status"].astype("string") == "finished").fillna(False).astype(bool)
+    return [str(t) for t in frame.loc[finished, "trial_id"]]
+
+
 def aggregate(frame: pd.DataFrame) -> pd.DataFrame:
     """One row per configuration over its finished seeds (see the module docstring)."""
     columns = ["config_key", "config", "method", "params", "n", "seeds", "metric_name", "metric_mean", "metric_std",
                "retention_mean", "num_params", "num_params_encoder", "latency_ms", "latency_p90_ms", "speedup",
-               "best_trial_id", "best_seed", "best_metric", "best_latency_ms", "best_latency_p90_ms", "best_speedup",
-               "best_student_path", "best_run_id"]
-    rows = frame[candidates(frame)].copy()
+               "latency_n", "best_trial_id", "best_seed", "best_metric", "best_latency_ms", "best_latency_p90_ms",
+               "best_speedup", "best_student_path", "best_run_id"]
+    rows = _configurations(frame)
     if not len(rows):
         return pd.DataFrame(columns=columns)
-    params = [row_params(r) for _, r in rows.iterrows()]
-    rows["params"] = params
-    rows["config_key"] = [config_key(m, p) for m, p in zip(rows["method"].astype(str), params)]
     labels: dict[str, str] = {}
     for method, group in rows.drop_duplicates("config_key").groupby(rows["method"].astype(str), sort=False):
         for key, shown in zip(group["config_key"], label_params(method, list(group["params"]))):
             labels[key] = config_label(method, shown)
     out = []
     for key, group in rows.groupby("config_key", sort=False):
-        best = group.loc[group["metric"].astype("float64").idxmax()]
+        best = served_row(group)
         metric = group["metric"].astype("float64")
         out.append({
             "config_key": key,
@@ -156,6 +204,7 @@ def aggregate(frame: pd.DataFrame) -> pd.DataFrame:
             "latency_ms": _mean(group, "latency_ms"),
             "latency_p90_ms": _mean(group, "latency_p90_ms"),
             "speedup": _mean(group, "speedup"),
+            "latency_n": int(pd.to_numeric(group["latency_ms"], errors="coerce").notna().sum()) if "latency_ms" in group else 0,
             "best_trial_id": str(best["trial_id"]),
             "best_seed": _plain(best["seed"]),
             "best_metric": float(best["metric"]),
@@ -241,10 +290,11 @@ def mark_pareto(frame: pd.DataFrame, configs: pd.DataFrame) -> pd.DataFrame:
     """The `pareto` column of results.parquet (True / False / null: see the module docstring)."""
     frame = frame.copy()
     marks = pd.Series(pd.NA, index=frame.index, dtype="boolean")
-    eligible = candidates(frame) & frame["latency_ms"].notna() if len(frame) else candidates(frame)
     if len(configs):
         on_front = set(configs.loc[configs["pareto"], "config_key"])
-        keys = pd.Series({i: config_key(str(r["method"]), row_params(r)) for i, r in frame[eligible].iterrows()}, dtype=object)
+        timed = set(configs.loc[configs["latency_ms"].notna(), "config_key"])  # the candidates of the front
+        rows = _configurations(frame)
+        keys = rows.loc[rows["config_key"].isin(timed), "config_key"]
         marks.loc[keys.index] = keys.isin(on_front).to_numpy()
     frame["pareto"] = marks
     return frame

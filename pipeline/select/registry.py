@@ -11,10 +11,15 @@ task's `max_length`, so a long text is cut the way training cut it instead of ov
 position table.
 
 A custom architecture (CoFi's pruned BERT, whose module ships in the folder via `auto_map`)
-goes through the transformers flavor too: MLflow finds the model class through `auto_map` and
-loads it with `trust_remote_code`. Should that flavor refuse a student, `flavor="auto"` falls
-back to `pipeline/select/student_pyfunc.py`, a self-contained MLflow "model from code" that wraps
-the saved folder as an artifact and does tokenizer → model → softmax itself (same output columns).
+never goes through the transformers flavor: MLflow would find the model class through `auto_map`
+and load it with `trust_remote_code`, unchecked, in every consumer. It is logged as
+`pipeline/select/student_pyfunc.py`, a self-contained MLflow "model from code" that wraps the
+saved folder as an artifact, checks the folder's code against the digests it carries in its
+model config before loading it, and does tokenizer → model → softmax itself (same output
+columns); `flavor="auto"` also falls back to it when the transformers flavor refuses a stock
+student. Before either, the folder's code is checked against its `drydock.json`
+(`pipeline.prepare.remote_code`); the trial's run is tagged `drydock.code_sha256` and the
+version `code_sha256`.
 
 When the `champion` alias moves is the policy of `pipeline.select.champion` (pure functions of
 the versions' tags); this module reads the tags, asks it, and moves the alias. `drydock
@@ -40,12 +45,14 @@ from mlflow.exceptions import MlflowException
 
 from pipeline.config import SelectionConfig
 from pipeline.errors import DrydockError
+from pipeline.prepare.remote_code import CODE_DIGEST_KEY, CODE_FILES_KEY, combined_digest, recorded_code, remote_code
 from pipeline.select.champion import CHAMPION, ChampionDecision, decide, decide_without_candidate, tag_number
 
 PYFUNC_MODULE = Path(__file__).with_name("student_pyfunc.py")
 Flavor = Literal["auto", "transformers", "pyfunc"]
 SINGLE_EXAMPLE = ["a short example sentence to classify"]
 PAIR_EXAMPLE = [{"text": "a first example sentence", "text_pair": "a second example sentence"}]
+CODE_RUN_TAG = "drydock.code_sha256"  # the trial run's tag: the digest of the custom code it logged
 
 
 @contextmanager
@@ -94,9 +101,10 @@ def text_classifier(folder: Path):
     """The consumer's view of a student folder: a transformers text-classification pipeline."""
     from transformers import AutoModelForSequenceClassification, AutoTokenizer, pipeline
 
-    model = AutoModelForSequenceClassification.from_pretrained(str(folder), trust_remote_code=True).eval()
-    tokenizer = AutoTokenizer.from_pretrained(str(folder), trust_remote_code=True)  # it reads config.json too
-    return pipeline("text-classification", model=model, tokenizer=tokenizer, trust_remote_code=True)
+    trust = remote_code(folder)  # False for a stock BERT; raises for code that is not the recorded code
+    model = AutoModelForSequenceClassification.from_pretrained(str(folder), trust_remote_code=trust).eval()
+    tokenizer = AutoTokenizer.from_pretrained(str(folder), trust_remote_code=trust)  # it reads config.json too
+    return pipeline("text-classification", model=model, tokenizer=tokenizer, trust_remote_code=trust)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -147,9 +155,16 @@ def log_student(
 
 def _log_student(folder: Path, run_id: str, *, max_length: int | None, pair: bool, flavor: Flavor,
                  log: Callable[[str], None]) -> tuple[str, str]:
+    custom = remote_code(folder)  # code that is not the recorded code stops here, before anything imports it
+    if custom and flavor == "transformers":
+        raise DrydockError(f"{folder}: ships custom model code, which MLflow's transformers flavor would load with "
+                           "trust_remote_code unchecked in every consumer; log it with flavor 'pyfunc' or 'auto'")
+    code = recorded_code(folder) if custom else None
     example = PAIR_EXAMPLE if pair else SINGLE_EXAMPLE
     with mlflow.start_run(run_id=run_id):  # resumes the trial's run; log_student restores its ending
-        if flavor in ("auto", "transformers"):
+        if code:
+            mlflow.set_tag(CODE_RUN_TAG, combined_digest(code))
+        if flavor in ("auto", "transformers") and not custom:
             try:
                 config = {"truncation": True, "max_length": max_length} if max_length else {"truncation": True}
                 info = mlflow.transformers.log_model(
@@ -162,10 +177,12 @@ def _log_student(folder: Path, run_id: str, *, max_length: int | None, pair: boo
                     raise
                 log(f"registry: the transformers flavor cannot log {folder} ({type(e).__name__}: {e}); "
                     "logging it as a pyfunc model instead")
+        model_config: dict[str, Any] = {"max_length": max_length} if max_length else {}
+        if code:  # what the pyfunc checks the folder against in the consumer's process
+            model_config.update({CODE_FILES_KEY: code, CODE_DIGEST_KEY: combined_digest(code)})
         info = mlflow.pyfunc.log_model(
             name="model", python_model=str(PYFUNC_MODULE), artifacts={"student": str(folder)},
-            model_config={"max_length": max_length} if max_length else {}, input_example=example,
-            pip_requirements=pip_requirements(),
+            model_config=model_config, input_example=example, pip_requirements=pip_requirements(),
         )
         return info.model_uri, "pyfunc"
 
@@ -333,8 +350,13 @@ def version_tags(config: dict[str, Any], sweep: str, measurement: Any | None, me
         "num_params": _count(config["num_params"]),
         "num_params_encoder": _count(config["num_params_encoder"]),
         "teacher": metadata.get("teacher"),
+        # the hub commits the teacher and the data were loaded at (drydock.json; absent when not from the hub)
+        "teacher_revision": metadata.get("teacher_revision"),
         "teacher_metric": metadata.get("teacher_metric"),
         "data_fingerprint": metadata.get("data_fingerprint"),
+        "data_revision": metadata.get("data_revision"),
+        # the digest of the custom code the export ships (CoFi's `_pruned_bert.py`; drydock.json)
+        "code_sha256": metadata.get("code_sha256"),
         "student_path": config["best_student_path"],
     }
     if measurement is not None:
@@ -376,22 +398,24 @@ def register_front(
     flavor: Flavor = "auto",
     budget: SelectionConfig | None = None,
     log: Callable[[str], None] = print,
+    localize: Callable[[str], Path] = Path,
 ) -> RegistryOutcome:
     """Register each Pareto configuration's best-seed export (once), tag it, then offer the
     champion configuration's version the alias. `front` and `champion` come from
     `pipeline.select.pareto.select` under `budget` (the sweep's `selection`), against which the current
-    champion is checked too; `measurements` maps trial_id → latency Measurement."""
+    champion is checked too; `measurements` maps trial_id → latency Measurement. `localize`: a
+    student path of the table (a work location's URI) as a folder of this machine."""
     client = client_for(uri)
     outcome = RegistryOutcome()
     with tracking(uri):
         ensure_registered_model(client, name, description=f"Compressed students of sweep {sweep} (drydock)")
         for _, config in front.iterrows():
-            folder = Path(str(config["best_student_path"]))
+            folder = localize(str(config["best_student_path"]))
             if not (folder / "config.json").is_file():
-                log(f"registry: {config['config']}: student folder {folder} is missing; not registered")
+                log(f"registry: {config['config']}: student folder {config['best_student_path']} is missing; not registered")
                 continue
             tags = version_tags(config.to_dict(), sweep, measurements.get(config["best_trial_id"]), student_metadata(folder))
-            existing = find_version(client, name, str(folder))
+            existing = find_version(client, name, str(config["best_student_path"]))
             if existing is not None:
                 for key, value in tags.items():  # more seeds may have moved the mean since
                     client.set_model_version_tag(name, existing.version, key, value)

@@ -1,9 +1,17 @@
-"""The sweep's report: `<sweep_dir>/report.md`, `report.html` and `pareto.png`.
+"""The sweep's report: `report.md`, `report.html`, `pareto.png` and `pareto.csv`.
+
+Every run keeps its own: they are written into the run's folder, `<sweep_dir>/runs/<run id>/`
+(beside its spec.json, its latency.json and, once a newer run has started, its results.parquet),
+and copied to the top of `<sweep_dir>`, where the newest run's always are (`publish_latest`).
+Copies, not links: a link does not survive a push to an object store (`pipeline.storage`), and
+each copy is replaced whole (a temporary file renamed), so a reader never sees half of one. A
+sweep folder with no recorded run (no state.json) gets them at its top only, as before.
 
 Everything here is derived from files the sweep already wrote — results.parquet, latency.json
 (the teacher's timing and the settings) and the spec the run saved — so `drydock report
 WORKDIR/SWEEP` rebuilds the same report later, on another machine, without timing or training
-anything. Selection is recomputed with the pure functions of `pipeline.select.pareto`; it is
+anything (and `drydock report WORKDIR/SWEEP/runs/<run id>` an earlier run's, in its folder).
+Selection is recomputed with the pure functions of `pipeline.select.pareto`; it is
 deterministic, so it agrees with the `pareto` column the select stage wrote.
 
 The plot uses matplotlib's object API with the Agg canvas, never pyplot: pyplot would pick a GUI
@@ -15,6 +23,8 @@ from __future__ import annotations
 import html
 import json
 import math
+import os
+import shutil
 from dataclasses import dataclass
 from io import StringIO
 from pathlib import Path
@@ -26,7 +36,7 @@ from pipeline import results as results_table
 from pipeline.config import SelectionConfig, SweepSpec, spec_from_dict
 from pipeline.errors import DrydockError
 from pipeline.select.champion import champion_rule
-from pipeline.select.latency import LatencyRecord, Measurement, load_record
+from pipeline.select.latency import LATENCY_FILE, LatencyRecord, Measurement, load_record
 from pipeline.select.pareto import Selection, config_key, row_params, select
 
 REPORT_MD = "report.md"
@@ -34,6 +44,7 @@ REPORT_HTML = "report.html"
 PARETO_PNG = "pareto.png"
 PARETO_CSV = "pareto.csv"
 STATE_FILE = "state.json"  # written by pipeline.search.state (select may not import search)
+SPEC_FILE = "spec.json"  # in runs/<run id>/, written by pipeline.search.state too
 DASH = "–"
 
 
@@ -46,6 +57,33 @@ class ReportFiles:
 
     def all(self) -> list[Path]:
         return [self.markdown, self.html, self.plot, self.table]
+
+    @classmethod
+    def of(cls, folder: Path) -> ReportFiles:
+        return cls(folder / REPORT_MD, folder / REPORT_HTML, folder / PARETO_PNG, folder / PARETO_CSV)
+
+
+def current_run_dir(sweep_dir: Path) -> Path | None:
+    """`<sweep_dir>/runs/<run id>/` of the run state.json names (the newest), None when the
+    folder records no run (not a sweep's folder, or one a run's own folder)."""
+    state_file = sweep_dir / STATE_FILE
+    if not state_file.is_file():
+        return None
+    run_id = json.loads(state_file.read_text()).get("run_id")
+    return sweep_dir / "runs" / str(run_id) if run_id else None
+
+
+def publish_latest(files: list[Path], sweep_dir: Path) -> list[Path]:
+    """Copies of a run's files at the top of `sweep_dir`, where the newest run's are found: each
+    written to a hidden temporary file, then renamed over the previous run's copy."""
+    copies = []
+    for path in files:
+        target = sweep_dir / path.name
+        tmp = sweep_dir / f".{path.name}.tmp-{os.getpid()}"
+        shutil.copyfile(path, tmp)
+        os.replace(tmp, target)
+        copies.append(target)
+    return copies
 
 
 @dataclass
@@ -196,10 +234,23 @@ def teacher_line(frame: pd.DataFrame, ctx: ReportContext) -> str:
 
 
 def latency_line(ctx: ReportContext) -> str:
+    """How, where and what was timed: the shape and device, the nodes with the teacher's spread
+    over them (each speedup uses its own node's teacher), and which seeds."""
     settings = ctx.latency.settings if ctx.latency else ctx.selection.latency
     measured = (ctx.teacher or next(iter(ctx.latency.students.values()), None)) if ctx.latency else None
     where = f"on {measured.description}" if measured is not None else f"on {settings.device} (not measured yet)"
-    return f"Latency: batch {settings.batch_size} × {settings.seq_length} tokens {where}; p50 / p90 in ms."
+    line = f"Latency: batch {settings.batch_size} × {settings.seq_length} tokens {where}; p50 / p90 in ms."
+    teachers = [m for node_id, m in ctx.latency.teachers.items() if node_id] if ctx.latency else []
+    if teachers:
+        hosts = ", ".join(sorted({m.hostname or m.node_id[:12] for m in teachers}))
+        p50s = sorted(m.p50_ms for m in teachers)
+        spread = f"{p50s[0]:.2f} ms" if len(p50s) == 1 else f"{p50s[0]:.2f}–{p50s[-1]:.2f} ms"
+        line += (f" Timed in parallel on {len(teachers)} node(s) ({hosts}), the teacher on each (p50 {spread}); "
+                 "every speedup is against the teacher on the student's own node.")
+    if ctx.latency and ctx.latency.not_timed:
+        line += (f" One export per configuration was timed, the seed the registry serves ({len(ctx.latency.not_timed)} "
+                 "other seed(s) untimed; `selection.latency.all_seeds: true` times every seed).")
+    return line
 
 
 def champion_line(chosen: Selection, ctx: ReportContext) -> str:
@@ -281,7 +332,8 @@ def pareto_plot(chosen: Selection, frame: pd.DataFrame, ctx: ReportContext, path
 
 
 def write_report(sweep_dir: Path, frame: pd.DataFrame, ctx: ReportContext, chosen: Selection | None = None) -> ReportFiles:
-    """Write report.md, report.html, pareto.png and pareto.csv into sweep_dir."""
+    """Write report.md, report.html, pareto.png and pareto.csv into `sweep_dir`: the run's own
+    folder when there is one (`publish_latest` copies them to the sweep's top level)."""
     chosen = chosen or select(frame, ctx.selection)
     metric_name = _metric_name(frame)
     sweep_dir.mkdir(parents=True, exist_ok=True)
@@ -293,7 +345,8 @@ def write_report(sweep_dir: Path, frame: pd.DataFrame, ctx: ReportContext, chose
     sections: list[tuple[str, pd.DataFrame | None, str]] = [
         ("Methods (best configuration of each)", config_table(best_per_method(chosen), metric_name, marks=False), ""),
         ("Pareto front", front_table(chosen, metric_name), f"On ({metric_name} ↑, latency ↓"
-         + (", params ↓" if ctx.selection.size_objective else "") + ") over seed means; the registry gets each member's best seed, "
+         + (", params ↓" if ctx.selection.size_objective else "") + ") over seed means (a latency: over the seeds timed, by default "
+         "only the registered one); the registry gets each member's best seed, "
          "and the latency budget and the registry's latency tags are that seed's own timing."),
         ("Paired comparisons", comparison_table(chosen),
          ("Each method's best configuration against another's, paired by seed over the seeds both ran; "
@@ -354,32 +407,38 @@ img {{ max-width: 100%; }}
 
 
 def saved_spec(sweep_dir: Path) -> SweepSpec | None:
-    """The spec the current run of the sweep saved (runs/<run id>/spec.json), if any."""
-    state_file = sweep_dir / STATE_FILE
-    if not state_file.is_file():
-        return None
-    run_id = json.loads(state_file.read_text()).get("run_id")
-    spec_file = sweep_dir / "runs" / str(run_id) / "spec.json"
-    if not run_id or not spec_file.is_file():
+    """The spec the current run of the sweep saved (runs/<run id>/spec.json), if any; given a
+    run's own folder, the spec in it."""
+    run_dir = current_run_dir(sweep_dir) or sweep_dir
+    spec_file = run_dir / SPEC_FILE
+    if not spec_file.is_file():
         return None
     return spec_from_dict(json.loads(spec_file.read_text()))
 
 
 def rebuild_report(sweep_dir: Path) -> ReportFiles:
-    """`drydock report`: the report again from results.parquet, latency.json and the saved spec."""
+    """`drydock report`: the report again from results.parquet, latency.json and the saved spec,
+    written into the current run's folder and copied to the top of `sweep_dir` (returned: the
+    copies). Given a run's own folder (`runs/<run id>`: its table moved there when the next run
+    started), that run's report is rebuilt in it, and the top level is left to the newest."""
     results_file = sweep_dir / results_table.RESULTS_FILE
     if not results_file.is_file():
         raise DrydockError(f"{results_file}: no results table (give WORKDIR/SWEEP of a sweep that has run)")
     frame = results_table.read_results(results_file)
     spec = saved_spec(sweep_dir)
-    record = load_record(sweep_dir)
+    run_dir = current_run_dir(sweep_dir)
+    # the run's own latency.json; a run from before runs kept theirs: the one at the top
+    record = load_record(run_dir) if run_dir is not None and (run_dir / LATENCY_FILE).is_file() else load_record(sweep_dir)
     ctx = ReportContext(
         sweep=spec.name if spec else sweep_dir.name,
         selection=spec.selection if spec else SelectionConfig(),
         teacher_name=(record.teacher_name if record and record.teacher_name else spec.teacher.model if spec else _teacher_from_students(frame)),
         latency=record,
     )
-    return write_report(sweep_dir, frame, ctx)
+    if run_dir is None:
+        return write_report(sweep_dir, frame, ctx)
+    publish_latest(write_report(run_dir, frame, ctx).all(), sweep_dir)
+    return ReportFiles.of(sweep_dir)
 
 
 def _teacher_from_students(frame: pd.DataFrame) -> str | None:

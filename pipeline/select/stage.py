@@ -3,13 +3,17 @@
 It runs after the search, on the sweep's current results.parquet, in the sweep's driver process
 (which owns every MLflow run: `pipeline.tracking`). The order matters:
 
-1. measure — the teacher and every finished trial's exported student, one whole node at a time
-   (`pipeline.select.latency`), so every latency and speedup comes from the same kind of machine;
+1. measure — the teacher and, of each configuration, the export the registry would serve
+   (every finished trial's with `selection.latency.all_seeds`; `pipeline.select.pareto.latency_plan`),
+   in parallel on whole nodes of one device model, the teacher on each node, every speedup
+   against its own node's teacher (`pipeline.select.latency`);
 2. select — pure functions over the table (`pipeline.select.pareto`); results.parquet is rewritten
    atomically with latency_ms, latency_p90_ms, speedup and pareto filled, and latency.json keeps
    the teacher's timing so `drydock report` can rebuild the report later;
-3. report — report.md / report.html / pareto.png / pareto.csv in the sweep folder, logged to the
-   sweep's parent run with latency.json and the updated results table;
+3. report — report.md / report.html / pareto.png / pareto.csv, with latency.json, in the run's
+   own folder `runs/<run id>/` (a later run never overwrites them) and copied to the top of the
+   sweep folder (the newest run's: `pipeline.select.report.publish_latest`), logged to the
+   sweep's parent run with the updated results table;
 4. registry — each Pareto configuration's best seed becomes a model version, and the champion
    alias moves only if the new champion beats the current one, or the current one is outside
    this sweep's latency budget (the policy: `pipeline.select.champion`; the MLflow side:
@@ -29,45 +33,58 @@ import pandas as pd
 from pipeline import results as results_table
 from pipeline.config import SweepSpec
 from pipeline.prepare.data import task_spec
-from pipeline.select.latency import TEACHER, LatencyRecord, Measurement, fill_latency, measure_all, save_record
-from pipeline.select.pareto import select
+from pipeline.select.latency import LatencyRecord, Measurement, Timings, fill_latency, measure_all, save_record
+from pipeline.select.pareto import latency_plan, select, served_by
 from pipeline.select.registry import register_front
-from pipeline.select.report import ReportContext, write_report
+from pipeline.select.report import ReportContext, ReportFiles, current_run_dir, publish_latest, write_report
+from pipeline.storage import WorkStore
 from pipeline.tracking import SweepTracker
 
 
-def student_targets(frame: pd.DataFrame, workdir: Path) -> dict[str, Path]:
-    """trial_id → export folder, for finished trials whose folder exists (relative paths are
-    taken from the work directory)."""
+def student_targets(frame: pd.DataFrame, workdir: Path, store: WorkStore | None = None) -> dict[str, Path]:
+    """trial_id → export folder on this node, for finished trials whose folder exists (relative
+    paths are taken from the work directory; a URI of the work location is fetched)."""
     targets: dict[str, Path] = {}
     finished = frame[(frame["status"] == "finished").fillna(False) & frame["student_path"].notna()]
     for _, row in finished.iterrows():
-        path = Path(str(row["student_path"]))
+        path = store.localize(str(row["student_path"])) if store is not None else Path(str(row["student_path"]))
         path = path if path.is_absolute() else workdir / path
         if (path / "config.json").is_file():
             targets[str(row["trial_id"])] = path
     return targets
 
 
-def log_trial_latency(tracker: SweepTracker, frame: pd.DataFrame, students: dict[str, Measurement]) -> None:
-    """Each trial's run gets its figures with the device they were measured on."""
+def log_trial_latency(tracker: SweepTracker, frame: pd.DataFrame, students: dict[str, Measurement],
+                      teachers: dict[str, Measurement] | None = None) -> None:
+    """Each timed trial's run gets its figures with the device model and node they were measured
+    on, and the teacher's p50 on that node (its speedup's reference); every candidate's run gets
+    its configuration's Pareto mark, timed or not."""
+    teachers = teachers or {}
     for _, row in frame.iterrows():
         run_id, m = row["mlflow_run_id"], students.get(str(row["trial_id"]))
-        if m is None or pd.isna(run_id):
+        if pd.isna(run_id):
             continue
-        metrics = {"latency/p50_ms": m.p50_ms, "latency/p90_ms": m.p90_ms, "latency/mean_ms": m.mean_ms,
-                   "latency/throughput": m.throughput}
-        if pd.notna(row["speedup"]):
-            metrics["latency/speedup"] = float(row["speedup"])
-        tracker.log_metrics(str(run_id), metrics, 0)
-        tags = {
-            "drydock.latency.device": m.description, "drydock.latency.batch_size": m.batch_size,
-            "drydock.latency.seq_length": m.seq_length, "drydock.latency.threads": m.threads,
-            "drydock.latency.torch": m.torch_version, "drydock.latency.host": m.hostname,
-        }
+        tags: dict[str, object] = {}
+        if m is not None:
+            metrics = {"latency/p50_ms": m.p50_ms, "latency/p90_ms": m.p90_ms, "latency/mean_ms": m.mean_ms,
+                       "latency/throughput": m.throughput}
+            if pd.notna(row["speedup"]):
+                metrics["latency/speedup"] = float(row["speedup"])
+            if m.node_id in teachers:
+                metrics["latency/teacher_p50_ms"] = teachers[m.node_id].p50_ms
+            tracker.log_metrics(str(run_id), metrics, 0)
+            tags = {
+                "drydock.latency.device": m.description, "drydock.latency.device_name": m.device_name,
+                "drydock.latency.batch_size": m.batch_size, "drydock.latency.seq_length": m.seq_length,
+                "drydock.latency.threads": m.threads, "drydock.latency.torch": m.torch_version,
+                "drydock.latency.host": m.hostname,
+            }
+            if m.node_id:
+                tags["drydock.latency.node_id"] = m.node_id
         if not pd.isna(row["pareto"]):
             tags["drydock.pareto"] = str(bool(row["pareto"])).lower()
-        tracker.set_tags(str(run_id), tags)
+        if tags:
+            tracker.set_tags(str(run_id), tags)
 
 
 def select_stage(
@@ -77,31 +94,46 @@ def select_stage(
     tracker: SweepTracker,
     teacher_path: Path | None,
     log: Callable[[str], None] = print,
+    *,
+    store: WorkStore | None = None,
 ) -> pd.DataFrame:
-    """Measure, select, report and register for the sweep's current results; returns the table."""
+    """Measure, select, report and register for the sweep's current results; returns the table.
+    `store`: the work location, when the models live there (a measuring node fetches them)."""
     results_path = sweep_dir / results_table.RESULTS_FILE
     frame = results_table.read_results(results_path)
-    students = student_targets(frame, workdir)
+    settings = spec.selection.latency
+    planned = latency_plan(frame, settings.all_seeds)  # only these exports are fetched and timed
+    students = student_targets(frame[frame["trial_id"].astype(str).isin(planned)], workdir, store)
     if not students:
         log("select: no finished trial with an exported student; nothing to measure or register")
-    settings = spec.selection.latency
 
-    # 1. measure: the teacher first, then every student, on the same kind of node
-    targets = ({TEACHER: Path(teacher_path)} if teacher_path is not None else {}) | students
-    measured, errors = measure_all(targets, settings, log) if students else ({}, {})
-    teacher = measured.pop(TEACHER, None)
-    frame = fill_latency(frame, measured, teacher)
+    # 1. measure: the teacher on every node used, then the planned students, on nodes of one device model
+    teacher_folder = Path(teacher_path) if teacher_path is not None else None
+    timings = measure_all(students, settings, log, teacher=teacher_folder, store=store) if students else Timings()
+    measured, teacher = timings.students, timings.teacher
+    frame = fill_latency(frame, measured, timings.teachers)
 
     # 2. select, and rewrite the table with every selection column filled
     chosen = select(frame, spec.selection)
     frame = chosen.frame
     results_table.write(results_path, frame)
-    record = LatencyRecord(settings=settings, teacher=teacher, teacher_name=spec.teacher.model, students=measured, errors=errors)
-    latency_file = save_record(sweep_dir, record)
-    log_trial_latency(tracker, frame, measured)
+    # the seeds left untimed, each with the one its configuration serves (their columns stay empty)
+    not_timed = {} if settings.all_seeds else {t: s for t, s in served_by(frame).items() if t != s}
+    record = LatencyRecord(settings=settings, teacher=teacher, teachers=timings.teachers, teacher_name=spec.teacher.model,
+                           students=measured, errors=timings.errors, not_timed=not_timed)
+    # every run keeps its own latency.json and report files, in runs/<run id>/; the sweep's top
+    # level gets copies, the newest run's (a folder without a recorded run: the top level only)
+    run_dir = current_run_dir(sweep_dir)
+    out_dir = run_dir if run_dir is not None else sweep_dir
+    out_dir.mkdir(parents=True, exist_ok=True)
+    latency_file = save_record(out_dir, record)
+    log_trial_latency(tracker, frame, measured, timings.teachers)
 
     # 3. report
-    files = write_report(sweep_dir, frame, ReportContext(spec.name, spec.selection, spec.teacher.model, record), chosen)
+    files = write_report(out_dir, frame, ReportContext(spec.name, spec.selection, spec.teacher.model, record), chosen)
+    latest = ReportFiles.of(sweep_dir)
+    if run_dir is not None:  # together: the top level holds one run's set, the newest complete one
+        publish_latest([*files.all(), latency_file], sweep_dir)
     for path in files.all():
         tracker.log_parent_artifact(path, "report")
     tracker.log_parent_artifact(latency_file)
@@ -112,7 +144,10 @@ def select_stage(
     if chosen.champion is not None:
         summary.update({"champion/metric": float(chosen.champion["metric_mean"]), "champion/latency_ms": float(chosen.champion["best_latency_ms"])})
     tracker.log_parent(metrics=summary)
-    log(f"select: {len(chosen.front)} Pareto configuration(s) of {len(chosen.configs)}; report {files.markdown}, plot {files.plot}")
+    shown = (lambda p: store.uri(store.key_of(p))) if store is not None and store.is_remote else str  # where they will be kept
+    kept = f" (this run's own in {shown(run_dir)})" if run_dir is not None else ""
+    log(f"select: {len(chosen.front)} Pareto configuration(s) of {len(chosen.configs)}; "
+        f"report {shown(latest.markdown)}, plot {shown(latest.plot)}{kept}")
 
     # 4. registry
     if len(chosen.front):
@@ -120,6 +155,7 @@ def select_stage(
             tracker.uri, spec.registered_model_name, chosen.front, chosen.champion,
             sweep=spec.name, experiment_id=tracker.experiment_id, measurements=measured,
             max_length=spec.task.max_seq_length, pair=task_spec(spec.task).is_pair, budget=spec.selection, log=log,
+            localize=store.localize if store is not None else Path,
         )
         if outcome.decision is not None and tracker.parent_id:
             tracker.set_tags(tracker.parent_id, {

@@ -1,11 +1,16 @@
 """An MLflow "model from code": a saved student folder as a text-in, labels-out pyfunc model.
 
-This is the registry's fallback when `mlflow.transformers.log_model` cannot log a student (see
-pipeline/select/registry.py). MLflow copies this file into the logged model and runs it on the
+This is how the registry logs a student with custom code, and its fallback when
+`mlflow.transformers.log_model` cannot log a stock one (see pipeline/select/registry.py). MLflow copies this file into the logged model and runs it on the
 consumer's machine, where drydock is not installed, so it imports only mlflow, pandas, torch and
 transformers — never `pipeline` or `methods`. The student folder travels as the artifact
 `student`; a custom architecture (CoFi's pruned BERT) ships its own module inside that folder and
-loads with `trust_remote_code=True`.
+loads with `trust_remote_code=True` — only after `check_code` has found every `.py` file of the
+folder to be the one recorded when the model was logged (`code_files` in the model config, the
+digests of the export's `drydock.json`). A changed, added or missing file is refused before
+transformers imports anything; a stock architecture loads with `trust_remote_code=False`. A
+consumer can hold the model to the registry version's `code_sha256` tag by passing it:
+`mlflow.pyfunc.load_model(uri, model_config={"code_sha256": tag})` (`drydock eval` does).
 
 Input: a list of texts, a list of `{"text": ..., "text_pair": ...}` dicts (pair tasks), or a
 DataFrame with a `text` (and `text_pair`) column or a single unnamed text column.
@@ -16,8 +21,73 @@ raw predicted value as `score`.
 
 from __future__ import annotations
 
+import hashlib
+import json
+from pathlib import Path
+
 import mlflow
 import pandas as pd
+
+
+class CodeMismatch(RuntimeError):
+    """The student folder's code is not the code recorded with this model: it must not run."""
+
+
+def _file_digests(folder: Path) -> dict[str, str]:
+    return {p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.rglob("*.py"))}
+
+
+def _named_code(folder: Path) -> list[str]:
+    """The code files config.json / tokenizer_config.json name (`auto_map`, `custom_pipelines`)."""
+    def refs(value) -> list[str]:
+        if isinstance(value, str):
+            return [value]
+        if isinstance(value, (list, tuple)):
+            return [r for v in value for r in refs(v)]
+        if isinstance(value, dict):
+            return [r for v in value.values() for r in refs(v)]
+        return []
+
+    names = set()
+    for config_name in ("config.json", "tokenizer_config.json"):
+        path = folder / config_name
+        if path.is_file():
+            config = json.loads(path.read_text())
+            found = refs(config.get("auto_map"))
+            found += refs([p.get("impl") for p in (config.get("custom_pipelines") or {}).values() if isinstance(p, dict)])
+            for ref in found:
+                if "--" in ref:
+                    raise CodeMismatch(f"{path}: names code from another repository ({ref}), which nothing records")
+                names.add(ref.rsplit(".", 1)[0].replace(".", "/") + ".py")
+    return sorted(names)
+
+
+def _combined_digest(digests: dict[str, str]) -> str:
+    """The SHA-256 of the sorted `<digest>  <file>` lines: the registry's `code_sha256` tag."""
+    return hashlib.sha256("".join(f"{d}  {n}\n" for n, d in sorted(digests.items())).encode()).hexdigest()
+
+
+def check_code(folder: str | Path, recorded: dict[str, str] | None, expected: str | None = None) -> bool:
+    """`trust_remote_code` for the student folder: False when its config names no custom code
+    (a stock BERT); True when it does and every `.py` file is the one recorded at registration
+    (`code_files` in this model's config, whose combined digest must be `expected` when given:
+    the registry version's `code_sha256` tag); otherwise `CodeMismatch`, before anything is
+    imported. drydock's own loaders check the same way (`pipeline/prepare/remote_code.py`)."""
+    folder = Path(folder)
+    named = _named_code(folder)
+    if not named:
+        return False
+    if not recorded:
+        raise CodeMismatch(f"{folder}: the student ships custom code ({', '.join(named)}) but this model records no digest of it")
+    if expected and _combined_digest(recorded) != expected:
+        raise CodeMismatch(f"{folder}: the code recorded with this model has SHA-256 {_combined_digest(recorded)}, "
+                           f"but {expected} was expected (the registry's code_sha256 tag); refusing to load it")
+    actual = _file_digests(folder)
+    for name in sorted(set(actual) | set(recorded) | set(named)):
+        if actual.get(name) != recorded.get(name):
+            raise CodeMismatch(f"{folder / name}: SHA-256 {actual.get(name, '(missing)')}, but {recorded.get(name, '(not recorded)')} "
+                               "was recorded when the model was registered; refusing to load code that is not the registered code")
+    return True
 
 
 def _rows(model_input) -> list[tuple[str, str | None]]:
@@ -44,9 +114,10 @@ class StudentTextClassifier(mlflow.pyfunc.PythonModel):
         from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
         folder = context.artifacts["student"]
-        self.model = AutoModelForSequenceClassification.from_pretrained(folder, trust_remote_code=True).eval()
-        self.tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=True)  # it reads config.json too
         config = context.model_config or {}
+        trust = check_code(folder, config.get("code_files"), config.get("code_sha256"))  # before anything imports it
+        self.model = AutoModelForSequenceClassification.from_pretrained(folder, trust_remote_code=trust).eval()
+        self.tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=trust)  # it reads config.json too
         self.max_length = config.get("max_length")
         self.batch_size = int(config.get("batch_size", 32))
 

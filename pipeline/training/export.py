@@ -2,8 +2,13 @@
 
 A student counts only after its folder reloads in a fresh Python process — one in which drydock
 cannot be imported, as on a consumer's machine — through plain transformers
-(`AutoModelForSequenceClassification.from_pretrained(path, trust_remote_code=True)`) and
+(`AutoModelForSequenceClassification.from_pretrained(path, trust_remote_code=...)`) and
 gives the same logits as the trained model's `eval_model()` on a batch of real dev inputs.
+
+`trust_remote_code` is True only for a folder whose configs name custom code (CoFi's
+`_pruned_bert.py`) that is exactly the code recorded at export: `save_student` writes the
+digests of the folder's `.py` files into `drydock.json`, and `pipeline.prepare.remote_code`
+checks them, here in drydock, before the fresh process imports anything.
 """
 
 from __future__ import annotations
@@ -22,9 +27,13 @@ from torch import nn
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from methods.base import Method, TaskInfo, logits_of
+from pipeline.errors import DrydockError
+from pipeline.prepare.remote_code import code_record, remote_code
 from pipeline.prepare.stage import Prepared
 from pipeline.training.batches import collate
 
+# method, parameters, metrics, teacher, data fingerprint and, for a hub teacher or hub data, the
+# commit each was loaded at (`teacher_revision`, `data_revision`): what a registry version is tagged with
 METADATA_FILE = "drydock.json"
 VERIFY_ATOL = 1e-4
 VERIFY_FILE = "verify.safetensors"  # the reference batch and logits, beside a trial's student
@@ -44,9 +53,9 @@ from transformers.utils import logging
 logging.set_verbosity_error()
 print("ready", flush=True)
 for line in sys.stdin:
-    folder, batch_file, out_file = json.loads(line)
+    folder, batch_file, out_file, trust = json.loads(line)
     try:
-        model = AutoModelForSequenceClassification.from_pretrained(folder, trust_remote_code=True).eval()
+        model = AutoModelForSequenceClassification.from_pretrained(folder, trust_remote_code=trust).eval()
         with torch.no_grad():
             logits = model(**load_file(batch_file)).logits.float()
         save_file({"logits": logits.contiguous()}, out_file)
@@ -82,6 +91,7 @@ def save_student(
     label_config(model, task)
     model.save_pretrained(folder, safe_serialization=True)
     tokenizer.save_pretrained(folder)
+    metadata = {**metadata, **code_record(folder)}  # the digests of its custom code, if it ships any
     (folder / METADATA_FILE).write_text(json.dumps(metadata, indent=2, sort_keys=True, default=str))
     return folder
 
@@ -143,12 +153,16 @@ class Verifier:
         return line.strip()
 
     def logits(self, folder: Path, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        try:
+            trust = remote_code(folder)  # checked here, before the fresh process imports any of it
+        except DrydockError as e:
+            raise ExportMismatch(str(e)) from None
         self._wait_ready()
         self._count += 1
         batch_file = Path(self._tmp.name) / f"batch{self._count}.safetensors"
         out_file = Path(self._tmp.name) / f"logits{self._count}.safetensors"
         save_file({k: v.contiguous() for k, v in batch.items()}, str(batch_file))
-        self._proc.stdin.write(json.dumps([str(folder), str(batch_file), str(out_file)]) + "\n")
+        self._proc.stdin.write(json.dumps([str(folder), str(batch_file), str(out_file), trust]) + "\n")
         self._proc.stdin.flush()
         answer = json.loads(self._readline())
         if not answer["ok"]:

@@ -17,14 +17,16 @@ from transformers import PreTrainedModel
 from methods import get_method
 from pipeline.config import SweepSpec, TrainConfig
 from pipeline.errors import DrydockError
-from pipeline.prepare.cache import atomic_dir, digest, folder_digest
-from pipeline.prepare.models import load_finetuned, tokenizer_id
+from pipeline.prepare.cache import atomic_dir, check_cache, digest, folder_digest, unreadable_as_damaged
+from pipeline.prepare.models import load_finetuned, teacher_revision, tokenizer_id
+from pipeline.prepare.revisions import source_revisions
 from pipeline.prepare.stage import Prepared
 from pipeline.training import engine, loop
 from pipeline.training.context import method_context
 from pipeline.training.export import save_student
 
 TEACHER_SEED = 0
+TEACHER_DAMAGED = "teacher: the fine-tuned teacher in"  # how a damaged cached teacher is named (`existing_teacher`)
 
 
 
@@ -75,6 +77,9 @@ def teacher_key(spec: SweepSpec, prepared: Prepared) -> str:
         content["precision"] = "bf16"
     if Path(t.model).is_dir():  # a local checkpoint updated in place at the same path is another teacher
         content["model_files"] = folder_digest(Path(t.model))
+    revision = teacher_revision(t)
+    if revision is not None:  # a hub model, by the commit it loads at: a push to its branch is another teacher
+        content["revision"] = revision
     return digest(content)
 
 
@@ -104,18 +109,29 @@ def existing_teacher(spec: SweepSpec, prepared: Prepared, workdir: Path) -> Teac
     key = teacher_key(spec, prepared)
     final = workdir / "teachers" / key
     if (final / "teacher_metrics.json").is_file():
-        return TeacherResult(final, json.loads((final / "teacher_metrics.json").read_text()), reused=True, key=key)
+        # Checked against the manifest written with it, sizes and sha256: once per sweep, on the
+        # driver (a second of hashing per GB, memoised), never at a trial's start. One written
+        # before manifests: its safetensors against their headers. A damaged teacher is named,
+        # not rebuilt: a rebuild is a whole fine-tune, and with a URI work location the damage
+        # may be this node's mirror only (deleting it fetches the store's copy again).
+        remedy = "delete that folder and run again: the teacher is fine-tuned anew"
+        check_cache(final, deep=True, remedy=remedy, what=TEACHER_DAMAGED)
+        with unreadable_as_damaged(final, remedy, TEACHER_DAMAGED):
+            metrics = json.loads((final / "teacher_metrics.json").read_text())
+        return TeacherResult(final, metrics, reused=True, key=key)
     return None
 
 
 def finetune_teacher(
-    spec: SweepSpec, prepared: Prepared, workdir: Path, dist: engine.Distributed | None = None, reporter: loop.Reporter | None = None
+    spec: SweepSpec, prepared: Prepared, workdir: Path, dist: engine.Distributed | None = None, reporter: loop.Reporter | None = None,
+    *, key: str | None = None,
 ) -> TeacherResult | None:
     """Fine-tune the teacher (the `finetune` method on every layer of the pretrained checkpoint)
     and cache it under `<workdir>/teachers/<key>`. Under DDP or DeepSpeed every rank calls this;
-    rank 0 writes the cache and gets the result, the other ranks get None."""
+    rank 0 writes the cache and gets the result, the other ranks get None. `key`: the one the
+    sweep computed (a Train worker on another node may not see a local teacher folder it hashes)."""
     dist = dist or engine.Distributed()
-    key = teacher_key(spec, prepared)
+    key = key or teacher_key(spec, prepared)
     final = workdir / "teachers" / key
     train = teacher_train_config(spec)
     ctx = method_context(spec, prepared, None, learning_rate=train.learning_rate)
@@ -136,10 +152,11 @@ def finetune_teacher(
 
     def build(tmp: Path) -> None:
         save_student(method.export(), prepared.tokenizer, tmp, prepared.task,
-                     {"role": "teacher", "teacher": spec.teacher.model, "data_fingerprint": prepared.data.fingerprint})
+                     {"role": "teacher", "teacher": spec.teacher.model, "data_fingerprint": prepared.data.fingerprint,
+                      **source_revisions(spec, prepared.data.revision)})
         (tmp / "teacher_metrics.json").write_text(json.dumps(metrics, indent=2))
 
-    atomic_dir(final, build)
+    atomic_dir(final, build)  # with its manifest (sizes, sha256), which `existing_teacher` checks on reuse
     return TeacherResult(final, metrics, reused=False, key=key)
 
 

@@ -19,6 +19,7 @@ from methods import get_method
 from methods.base import MethodParams
 from pipeline.config import SweepSpec, default_params
 from pipeline.prepare.data import prepare_unlabeled
+from pipeline.prepare.revisions import source_revisions
 from pipeline.prepare.stage import Prepared, prepare
 from pipeline.training import loop
 from pipeline.training.context import method_context
@@ -68,7 +69,11 @@ def run_trial(
     dist: loop.Distributed | None = None,
     reporter: loop.Reporter | None = None,
     log: Callable[[str], None] = print,
+    share_work: bool = True,
 ) -> TrialOutcome:
+    """One configuration trained, exported and recorded in `output_dir`. `share_work`: whether
+    work a method shares across trials (MiniLM's distilled student) is cached in `workdir`, which
+    every rank of the trial must see (`pipeline.training.shared`)."""
     dist = dist or loop.Distributed()  # one process: rank 0 of 1
     lap = _Laps()
     method_cls = get_method(method_name)
@@ -90,14 +95,16 @@ def run_trial(
     result = loop.run(
         method, train_set=prepared.data.train, dev=prepared.data.dev, task=prepared.data.task,
         train=spec.train, seed=seed, dist=dist, reporter=reporter, unlabeled_set=unlabeled, pad_id=prepared.pad_id,
-        shared_root=workdir / "cache" / "methods", shared_scope=teacher.key if teacher else prepared.data.fingerprint,
+        shared_root=workdir / "cache" / "methods" if share_work else None,
+        shared_scope=teacher.key if teacher else prepared.data.fingerprint,
     )
     lap("train")
     metrics = trial_metrics(spec, method_name, typed.model_dump(mode="json"), seed, prepared, teacher, result, dist)
     if not dist.is_main:
         return TrialOutcome(metrics=metrics, student_path=None)
     student_path = output_dir / "student"
-    metadata = {**metrics, "teacher_path": str(teacher.path) if teacher else None}
+    # drydock.json: the hub commits the teacher and the data came from too (README, "Outputs")
+    metadata = {**metrics, **source_revisions(spec, prepared.data.revision), "teacher_path": str(teacher.path) if teacher else None}
     metrics.update(export_student(method, prepared, output_dir, metadata))
     lap("export")
     metrics["timings"] = lap.timings

@@ -1,9 +1,12 @@
 """`drydock retrain` as a scheduler runs it: twice unchanged → the work is done once; after the
 training data changes → it retrains and registers. Real CLI, Ray, MLflow; SST-2 rows in a
-temporary GLUE folder so the test can change the data."""
+temporary GLUE folder so the test can change the data; the work location is a `file://` URI and
+every run starts with an empty cache (a CronJob's fresh pod), so all a run knows of the last one
+comes from the location."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -43,9 +46,15 @@ def test_retrain_does_the_work_once_and_again_after_the_data_changes(tmp_path, g
     spec["selection"]["latency"].update({"min_runs": 3, "min_seconds": 0.2})
     spec_file = tmp_path / "retrain.yaml"
     spec_file.write_text("# drydock retrain retrain.yaml\n" + yaml.safe_dump(spec))
+    # The work location is a file:// URI, and each run starts with an empty cache, as a CronJob's
+    # fresh pod would: what a run knows of the last one comes from the location alone.
     workdir = tmp_path / "w"
-    cmd = [sys.executable, "-m", "pipeline.cli", "retrain", str(spec_file), "--workdir", str(workdir)]
-    run = lambda: subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    cmd = [sys.executable, "-m", "pipeline.cli", "retrain", str(spec_file), "--workdir", workdir.as_uri()]
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    caches = iter(range(3))
+    run = lambda: subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=900,
+                                 env={**os.environ, "DRYDOCK_CACHE_DIR": str(tmp_path / f"cache-{next(caches)}")})
 
     first = run()
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
@@ -66,6 +75,9 @@ def test_retrain_does_the_work_once_and_again_after_the_data_changes(tmp_path, g
     assert len(list((workdir / "retrain" / "runs").iterdir())) == 2
     client = MlflowClient(f"sqlite:///{workdir / 'mlflow.db'}")
     assert len(client.search_model_versions("name='retrain-student'")) == 2  # the new student registered
+    versions = client.search_model_versions("name='retrain-student'")
+    assert all(v.tags["student_path"].startswith(workdir.as_uri() + "/retrain/runs/") for v in versions)
+    assert list(cwd.iterdir()) == []  # nothing written under the current folder
 
 
 def test_retrain_with_a_bad_spec_exits_2(tmp_path):

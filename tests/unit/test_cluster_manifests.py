@@ -5,17 +5,27 @@ commands the CLI accepts on files that exist, agree with itself across files (im
 version, service names, the shared mount), and hold no credential: those come from Kubernetes
 secrets or the environment only. No network, no Ray; DeepSpeed is imported only to validate
 the presets' schema.
+
+Security (cluster/README.md, section 8) is checked as manifests too: each kind of pod has its own
+service account and cloud role, and the roles' S3 policies (cluster/iam/) are evaluated against
+each prefix; the NetworkPolicies are evaluated with Kubernetes' rules against each pod's labels;
+Ray's token authentication, every securityContext and the database's certificate check.
 """
 
 from __future__ import annotations
 
 import argparse
+import configparser
+import fnmatch
+import importlib.util
 import json
 import re
 import shlex
 import shutil
 import subprocess
+import urllib.parse
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +42,7 @@ LAUNCHER = sorted((CLUSTER / "ray").glob("*.yaml"))
 SPECS = sorted((CLUSTER / "specs").glob("*.yaml"))
 PRESETS = sorted((CLUSTER / "deepspeed").glob("*.json"))
 MANIFESTS = K8S + LAUNCHER
+IAM_POLICIES = sorted((CLUSTER / "iam").glob("*.json"))  # rendered by render.sh as well
 ALL_YAML = sorted(CLUSTER.rglob("*.yaml")) + sorted(CLUSTER.rglob("*.yml"))
 TEXT_FILES = sorted(p for p in CLUSTER.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
 
@@ -43,7 +54,7 @@ RAY_IMAGE = re.compile(r"rayproject/ray:(\d+\.\d+\.\d+)-")
 API_VERSIONS = {
     "Namespace": "v1", "ServiceAccount": "v1", "PersistentVolumeClaim": "v1", "ConfigMap": "v1",
     "Service": "v1", "Deployment": "apps/v1", "CronJob": "batch/v1",
-    "RayCluster": "ray.io/v1", "RayJob": "ray.io/v1",
+    "RayCluster": "ray.io/v1", "RayJob": "ray.io/v1", "NetworkPolicy": "networking.k8s.io/v1",
 }
 NO_SPEC_KINDS = {"Namespace", "ServiceAccount", "ConfigMap"}
 
@@ -443,7 +454,7 @@ PLACEHOLDER = re.compile(r"\$\{([^}]*)\}")
 
 def test_manifest_placeholders_are_documented_drydock_variables():
     readme = (CLUSTER / "README.md").read_text()
-    for path in MANIFESTS:
+    for path in MANIFESTS + IAM_POLICIES:
         for name in PLACEHOLDER.findall(path.read_text()):
             ours = re.fullmatch(r"DRYDOCK_[A-Z0-9_]+", name)
             assert ours, f"{path.name}: ${{{name}}} (render.sh fills DRYDOCK_* only)"
@@ -451,7 +462,7 @@ def test_manifest_placeholders_are_documented_drydock_variables():
 
 
 @pytest.mark.skipif(shutil.which("envsubst") is None, reason="envsubst (GNU gettext) is not installed")
-@pytest.mark.parametrize("path", MANIFESTS, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", MANIFESTS + IAM_POLICIES, ids=lambda p: p.name)
 def test_render_fills_every_placeholder(path, tmp_path):
     names = sorted(set(PLACEHOLDER.findall(path.read_text())))
     env = {"PATH": "/usr/bin:/bin", **{n: f"value-of-{n.lower()}" for n in names}}
@@ -545,6 +556,455 @@ def test_preset_merged_by_the_loop_is_a_valid_deepspeed_config(path):
         accumulated_in = DeepSpeedConfig(merged).grad_accum_dtype
         assert accumulated_in == ("fp32" if enabled and stage >= 1 and "data_types" not in preset else preset.get(
             "data_types", {}).get("grad_accum_dtype"))
+
+
+# ----------------------------------------------------------------------------------------------
+# security: service accounts and cloud roles, NetworkPolicies, Ray token auth, securityContext,
+# the database's certificate (cluster/README.md, section 8)
+# ----------------------------------------------------------------------------------------------
+
+TOKEN_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"
+CLOUD_ROLE_ANNOTATIONS = ("eks.amazonaws.com/role-arn", "iam.gke.io/gcp-service-account")
+RAY_TOKEN_AUTH_MIN = (2, 52, 0)  # KubeRay refuses authOptions.mode token below it (utils/validation.go)
+KUBERAY_TOKEN_KEY = "auth_token"  # the key KubeRay reads RAY_AUTH_TOKEN from (utils/constant.go)
+IAM = CLUSTER / "iam"
+S3_WRITES = ("s3:PutObject", "s3:DeleteObject")
+
+
+def service_accounts() -> dict[str, dict[str, Any]]:
+    return {sa["metadata"]["name"]: sa for sa in of_kind("ServiceAccount")}
+
+
+def cloud_role(sa: dict[str, Any]) -> str | None:
+    annotations = sa.get("metadata", {}).get("annotations") or {}
+    roles = [annotations[a] for a in CLOUD_ROLE_ANNOTATIONS if a in annotations]
+    return roles[0] if roles else None
+
+
+def template_labels(template: dict[str, Any]) -> dict[str, str]:
+    return dict((template.get("metadata") or {}).get("labels") or {})
+
+
+def ray_pods(spec: dict[str, Any]) -> tuple[tuple[dict[str, str], dict[str, Any]], list[tuple[dict[str, str], dict[str, Any]]]]:
+    """(labels, pod spec) of a Ray cluster's head and of each worker group, with the labels KubeRay
+    itself puts on every pod (ray.io/node-type, ray.io/group: labelPod in common/pod.go)."""
+    head = spec["headGroupSpec"]["template"]
+    head_labels = {**template_labels(head), "ray.io/node-type": "head", "ray.io/group": "headgroup"}
+    workers = [({**template_labels(g["template"]), "ray.io/node-type": "worker", "ray.io/group": g["groupName"]},
+                g["template"]["spec"]) for g in spec["workerGroupSpecs"]]
+    return (head_labels, head["spec"]), workers
+
+
+def submitters_of(name: str) -> list[dict[str, str]]:
+    """Labels of the pods that submit jobs to the Ray cluster `name` (RayCluster/x or RayJob/x):
+    a RayJob's own submitter pod; the CronJobs whose `ray job submit --address` is the cluster's head."""
+    kind, short = name.split("/")
+    if kind == "RayJob":
+        (job,) = [j for j in of_kind("RayJob") if j["metadata"]["name"] == short]
+        return [template_labels(job["spec"]["submitterPodTemplate"])]
+    head = f"http://{short}-head-svc.{NAMESPACE}.svc.cluster.local:8265"
+    found = []
+    for cron in of_kind("CronJob"):
+        template = cron["spec"]["jobTemplate"]["spec"]["template"]
+        tokens = _tokens(template["spec"]["containers"][0].get("command", []))
+        if "--address" in tokens and tokens[tokens.index("--address") + 1] == head:
+            found.append(template_labels(template))
+    return found
+
+
+def mlflow_pod_labels() -> dict[str, str]:
+    (deployment,) = of_kind("Deployment")
+    return template_labels(deployment["spec"]["template"])
+
+
+def _selects(selector: dict[str, Any] | None, labels: dict[str, str]) -> bool:
+    """A Kubernetes label selector (matchLabels and matchExpressions) against labels."""
+    selector = selector or {}
+    if any(labels.get(k) != str(v) for k, v in (selector.get("matchLabels") or {}).items()):
+        return False
+    for e in selector.get("matchExpressions") or []:
+        key, op, values = e["key"], e["operator"], [str(v) for v in e.get("values", [])]
+        ok = {"In": key in labels and labels[key] in values, "NotIn": labels.get(key) not in values,
+              "Exists": key in labels, "DoesNotExist": key not in labels}[op]
+        if not ok:
+            return False
+    return True
+
+
+@dataclass(frozen=True)
+class Peer:
+    """A pod that opens a connection: its labels and its namespace's labels."""
+
+    labels: dict[str, str]
+    namespace: str = NAMESPACE
+    namespace_labels: dict[str, str] = field(default_factory=dict)
+
+    def ns_labels(self) -> dict[str, str]:
+        return {"kubernetes.io/metadata.name": self.namespace, **self.namespace_labels}
+
+
+def _peer_matches(rule_peer: dict[str, Any], peer: Peer) -> bool:
+    assert "ipBlock" not in rule_peer, "an ipBlock admits addresses, not the cluster's own pods: use selectors"
+    if "namespaceSelector" in rule_peer:
+        if not _selects(rule_peer["namespaceSelector"], peer.ns_labels()):
+            return False
+    elif peer.namespace != NAMESPACE:  # a podSelector alone selects pods of the policy's namespace
+        return False
+    return _selects(rule_peer.get("podSelector"), peer.labels) if "podSelector" in rule_peer else True
+
+
+def _port_matches(rule: dict[str, Any], port: int, named: dict[int, str]) -> bool:
+    ports = rule.get("ports")
+    if not ports:
+        return True
+    return any(p.get("protocol", "TCP") == "TCP" and p.get("port") in (port, named.get(port)) for p in ports)
+
+
+def isolated(labels: dict[str, str]) -> bool:
+    return any(_selects(p["spec"]["podSelector"], labels) and "Ingress" in p["spec"].get("policyTypes", ["Ingress"])
+               for p in of_kind("NetworkPolicy"))
+
+
+def admitted(target: dict[str, str], peer: Peer, port: int, named: dict[int, str] | None = None) -> bool:
+    """Kubernetes' rule: a pod that some policy isolates for ingress accepts a connection when any
+    ingress rule of any policy selecting it admits the peer on that port."""
+    if not isolated(target):
+        return True
+    for policy in of_kind("NetworkPolicy"):
+        spec = policy["spec"]
+        if not _selects(spec["podSelector"], target):
+            continue
+        for rule in spec.get("ingress") or []:
+            peers = rule.get("from")
+            if (not peers or any(_peer_matches(p, peer) for p in peers)) and _port_matches(rule, port, named or {}):
+                return True
+    return False
+
+
+def container_ports(pod: dict[str, Any]) -> dict[int, str]:
+    return {p["containerPort"]: p.get("name", "") for p in pod["containers"][0].get("ports", [])}
+
+
+# Ports a Ray pod listens on besides those it names: the Ray Client server, the dashboard agent,
+# metrics, the object manager and node manager, and worker processes (10002-19999 by default).
+RAY_PORTS = [6379, 8265, 10001, 52365, 8080, 8076, 44217, 10002, 19999]
+STRANGERS = [
+    Peer({"app": "something-else"}),  # any other pod of the namespace
+    Peer({}, namespace="default"),  # a pod elsewhere in the cluster
+    Peer({"app.kubernetes.io/name": "kuberay-operator"}, namespace="default"),  # not the operator's namespace
+]
+
+
+def test_the_network_policy_evaluator_itself(monkeypatch):
+    """`admitted` follows Kubernetes: an unselected pod is open; a podSelector alone is the policy's
+    namespace; namespaceSelector + podSelector in one peer is AND; rules and policies are OR."""
+    policies = [
+        {"spec": {"podSelector": {"matchLabels": {"app": "db"}}, "policyTypes": ["Ingress"], "ingress": [
+            {"from": [{"podSelector": {"matchLabels": {"role": "api"}}}], "ports": [{"port": 5432}]},
+            {"from": [{"namespaceSelector": {"matchLabels": {"team": "ops"}},
+                       "podSelector": {"matchExpressions": [{"key": "tier", "operator": "In", "values": ["admin"]}]}}]},
+        ]}},
+        {"spec": {"podSelector": {"matchLabels": {"app": "db"}}, "ingress": [
+            {"from": [{"podSelector": {"matchLabels": {"role": "backup"}}}], "ports": [{"port": "pg"}]}]}},
+    ]
+    monkeypatch.setitem(globals(), "of_kind", lambda kind: policies if kind == "NetworkPolicy" else [])
+    db, named = {"app": "db"}, {5432: "pg"}
+    assert admitted({"app": "web"}, Peer({}, namespace="elsewhere"), 1)  # no policy selects it
+    assert admitted(db, Peer({"role": "api"}), 5432) and not admitted(db, Peer({"role": "api"}), 22)
+    assert not admitted(db, Peer({"role": "api"}, namespace="other"), 5432)  # podSelector alone: same namespace
+    assert admitted(db, Peer({"tier": "admin"}, namespace="x", namespace_labels={"team": "ops"}), 22)
+    assert not admitted(db, Peer({"tier": "admin"}, namespace="x"), 22)  # both selectors must match
+    assert not admitted(db, Peer({"tier": "dev"}, namespace="x", namespace_labels={"team": "ops"}), 22)
+    assert admitted(db, Peer({"role": "backup"}), 5432, named) and not admitted(db, Peer({"role": "backup"}), 80, named)
+    assert not admitted(db, Peer({}), 5432)
+
+
+def labelled_pods() -> Iterator[tuple[str, dict[str, str]]]:
+    """Every pod template of the manifests with the labels its pods will carry."""
+    for name, spec in ray_cluster_specs():
+        (head, _), workers = ray_pods(spec)
+        yield f"{name} head", head
+        yield from ((f"{name} {labels['ray.io/group']}", labels) for labels, _ in workers)
+    for job in of_kind("RayJob"):
+        yield f"RayJob/{job['metadata']['name']} submitter", template_labels(job["spec"]["submitterPodTemplate"])
+    for cron in of_kind("CronJob"):
+        yield f"CronJob/{cron['metadata']['name']}", template_labels(cron["spec"]["jobTemplate"]["spec"]["template"])
+    yield "Deployment/mlflow", mlflow_pod_labels()
+
+
+def test_every_pod_is_isolated_for_ingress_by_a_network_policy():
+    """base.yaml denies all ingress in the namespace; each component's own policy opens what it needs."""
+    assert of_kind("NetworkPolicy"), "no NetworkPolicy: every port of every pod is open to the whole cluster"
+    for where, labels in labelled_pods():
+        assert isolated(labels), f"{where}: no NetworkPolicy isolates it for ingress"
+    for policy in of_kind("NetworkPolicy"):
+        for rule in policy["spec"].get("ingress") or []:
+            assert rule.get("from"), f"NetworkPolicy/{policy['metadata']['name']}: a rule without `from` admits everyone"
+
+
+@pytest.mark.parametrize("name,spec", ray_cluster_specs(), ids=lambda v: v if isinstance(v, str) else "")
+def test_the_ray_heads_ports_admit_only_the_clusters_own_pods_and_its_submitter(name, spec):
+    (head, head_pod), workers = ray_pods(spec)
+    named = container_ports(head_pod)
+    dashboard = next(port for port, n in named.items() if n == "dashboard")
+    assert isolated(head), f"{name}: no NetworkPolicy selects the Ray head"
+    submitters = submitters_of(name)
+    assert submitters, f"{name}: nothing submits to it"
+    others = [lbl for other, s in ray_cluster_specs() if other != name for lbl in
+              [ray_pods(s)[0][0]] + [w for w, _ in ray_pods(s)[1]]]
+    for port in sorted(set(RAY_PORTS) | set(named)):
+        for worker, _ in workers:
+            assert admitted(head, Peer(worker), port, named), f"{name}: its workers cannot reach the head's port {port}"
+        for submitter in submitters:
+            assert admitted(head, Peer(submitter), port, named) is (port == dashboard), (
+                f"{name}: the submitter may reach the job API ({dashboard}) and nothing else (port {port})")
+        for stranger in [*STRANGERS, Peer(mlflow_pod_labels()), *(Peer(o) for o in others)]:
+            assert not admitted(head, stranger, port, named), f"{name}: {stranger} reaches the head's port {port}"
+    if name.startswith("RayJob/"):  # KubeRay's operator reads the job's status from the dashboard
+        (job,) = [j for j in of_kind("RayJob") if j["metadata"]["name"] == name.split("/")[1]]
+        operator = Peer({"app.kubernetes.io/name": "kuberay-operator"}, namespace="${DRYDOCK_KUBERAY_NAMESPACE}")
+        assert admitted(head, operator, dashboard, named), f"{name}: the KubeRay operator cannot read the job's status"
+        assert not admitted(head, operator, 6379, named), f"{name}: the operator needs the job API only"
+
+
+@pytest.mark.parametrize("name,spec", ray_cluster_specs(), ids=lambda v: v if isinstance(v, str) else "")
+def test_ray_workers_admit_only_their_own_cluster(name, spec):
+    (head, _), workers = ray_pods(spec)
+    for worker, _ in workers:
+        assert isolated(worker), f"{name} {worker['ray.io/group']}: no NetworkPolicy selects the workers"
+        for port in RAY_PORTS:
+            assert admitted(worker, Peer(head), port) and admitted(worker, Peer(worker), port), (name, port)
+            for stranger in [*STRANGERS, Peer(mlflow_pod_labels()), *(Peer(s) for s in submitters_of(name))]:
+                assert not admitted(worker, stranger, port), f"{name}: {stranger} reaches a worker's port {port}"
+
+
+def test_the_tracking_server_admits_the_drivers_not_the_workers():
+    (service,) = [s for s in of_kind("Service") if s["metadata"]["name"] == "mlflow"]
+    port = service["spec"]["ports"][0]["port"]
+    mlflow = mlflow_pod_labels()
+    assert isolated(mlflow), "no NetworkPolicy selects the MLflow server"
+    for name, spec in ray_cluster_specs():
+        (head, _), workers = ray_pods(spec)
+        assert admitted(mlflow, Peer(head), port), f"{name}: the driver on the head cannot reach MLflow"
+        for worker, _ in workers:  # workers never call MLflow (cluster/README.md, "who needs what")
+            assert not admitted(mlflow, Peer(worker), port), f"{name}: its workers reach MLflow"
+        for submitter in submitters_of(name):
+            assert not admitted(mlflow, Peer(submitter), port), f"{name}: its submitter reaches MLflow"
+    for stranger in STRANGERS:
+        assert not admitted(mlflow, stranger, port), f"{stranger} reaches MLflow"
+
+
+def test_the_ray_dashboard_and_job_api_stay_inside_the_cluster():
+    for service in of_kind("Service"):
+        assert service["spec"].get("type", "ClusterIP") == "ClusterIP", service["metadata"]["name"]
+    for name, spec in ray_cluster_specs():
+        head = spec["headGroupSpec"]
+        assert head.get("serviceType", "ClusterIP") == "ClusterIP", f"{name}: the head Service must stay in-cluster"
+        assert not head.get("enableIngress"), f"{name}: no Ingress to the dashboard"
+        names = set(container_ports(head["template"]["spec"]).values())
+        assert names <= {"gcs", "dashboard"}, f"{name}: the head Service exposes {names}: drydock uses no Ray Client"
+
+
+def _version(text: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in re.findall(r"\d+", text)[:3])
+
+
+def test_ray_token_authentication_is_on_for_every_cluster_and_the_cronjob_carries_the_token():
+    secrets = {}
+    for name, spec in ray_cluster_specs():
+        auth = spec.get("authOptions") or {}
+        assert auth.get("mode") == "token", f"{name}: authOptions.mode must be token (Ray's token authentication)"
+        assert _version(spec["rayVersion"]) >= RAY_TOKEN_AUTH_MIN, f"{name}: token auth needs Ray >= 2.52"
+        secrets[name] = auth.get("secretName")
+    for cron in of_kind("CronJob"):
+        (container,) = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"]
+        env = env_by_name(container)
+        tokens = _tokens(container["command"])
+        cluster = tokens[tokens.index("--address") + 1].split("//")[1].split("-head-svc")[0]
+        secret = secrets[f"RayCluster/{cluster}"]
+        assert secret, f"RayCluster/{cluster}: name authOptions.secretName, which the CronJob (not KubeRay's) reads"
+        assert env.get("RAY_AUTH_MODE", {}).get("value") == "token", "the CronJob's `ray job submit` must send the token"
+        ref = env["RAY_AUTH_TOKEN"]["valueFrom"]["secretKeyRef"]
+        assert (ref["name"], ref["key"]) == (secret, KUBERAY_TOKEN_KEY), ref
+
+
+def test_the_installed_ray_has_the_token_authentication_the_manifests_turn_on():
+    """What the manifests rely on, in the installed Ray (the image's version)."""
+    found = importlib.util.find_spec("ray")
+    if found is None or found.origin is None:
+        pytest.skip("ray is not installed")
+    ray_root = Path(found.origin).parent
+    setup = (ray_root / "_private" / "authentication" / "authentication_token_setup.py").read_text()
+    assert 'AUTH_MODE_ENV_VAR = "RAY_AUTH_MODE"' in setup
+    head = (ray_root / "dashboard" / "http_server_head.py").read_text()
+    assert "get_token_auth_middleware(" in head, "the dashboard (and its job API) no longer checks the token"
+    assert '"/api/gcs_healthz"' in head, "KubeRay's submitter polls /api/gcs_healthz before it submits: must stay open"
+    sdk = (ray_root / "dashboard" / "modules" / "dashboard_sdk.py").read_text()
+    assert "get_auth_headers_if_auth_enabled" in sdk, "`ray job submit` no longer sends RAY_AUTH_TOKEN"
+    assert _version(ray_version()) >= RAY_TOKEN_AUTH_MIN
+
+
+def ray_version() -> str:
+    (version,) = {spec["rayVersion"] for _, spec in ray_cluster_specs()}
+    return version
+
+
+def test_each_kind_of_pod_has_its_own_service_account_and_cloud_role():
+    accounts = service_accounts()
+    (deployment,) = of_kind("Deployment")
+    mlflow_sa = deployment["spec"]["template"]["spec"].get("serviceAccountName")
+    ray_sas, submitter_sas = set(), set()
+    for name, spec in ray_cluster_specs():
+        (_, head), workers = ray_pods(spec)
+        ray_sas |= {head.get("serviceAccountName")} | {w.get("serviceAccountName") for _, w in workers}
+        if spec.get("enableInTreeAutoscaling"):  # KubeRay binds the autoscaler's Role to the head's account
+            assert all(w.get("serviceAccountName") != head.get("serviceAccountName") for _, w in workers), (
+                f"{name}: workers must not share the head's account, which may create and delete pods")
+    for where, pod in pod_specs():
+        if "submitter" in where or where.startswith("CronJob/"):
+            submitter_sas.add(pod.get("serviceAccountName"))
+    for sa in {mlflow_sa} | ray_sas | submitter_sas:
+        assert sa in accounts, f"service account {sa!r} is not defined in base.yaml (None: the namespace's default)"
+    assert mlflow_sa not in ray_sas | submitter_sas, "the MLflow server's account (its bucket role) is shared"
+    mlflow_role = cloud_role(accounts[mlflow_sa])
+    ray_roles = {cloud_role(accounts[sa]) for sa in ray_sas}
+    assert mlflow_role and None not in ray_roles, "the MLflow server and the Ray pods each need a cloud role"
+    assert mlflow_role not in ray_roles, "the MLflow server and the Ray pods must have different cloud roles"
+    for sa in submitter_sas:
+        assert cloud_role(accounts[sa]) is None, f"{sa}: a submitter needs no bucket access"
+    for name, sa in accounts.items():
+        assert sa.get("automountServiceAccountToken") is False, f"{name}: pods get no Kubernetes API token by default"
+
+
+def test_only_the_autoscaler_holds_a_kubernetes_api_token():
+    for where, pod in pod_specs():
+        assert pod.get("automountServiceAccountToken") is not True, f"{where}: mounts a Kubernetes API token"
+        for c in pod["containers"] + pod.get("initContainers", []):
+            mounts = [m["mountPath"] for m in c.get("volumeMounts", [])]
+            assert TOKEN_PATH not in mounts, f"{where} {c['name']}: holds a Kubernetes API token"
+    for name, spec in ray_cluster_specs():
+        if not spec.get("enableInTreeAutoscaling"):
+            continue
+        options = spec["autoscalerOptions"]
+        (mount,) = [m for m in options.get("volumeMounts", []) if m["mountPath"] == TOKEN_PATH]
+        volumes = {v["name"]: v for v in spec["headGroupSpec"]["template"]["spec"]["volumes"]}
+        sources = volumes[mount["name"]]["projected"]["sources"]
+        assert any("serviceAccountToken" in s for s in sources), f"{name}: the autoscaler needs its token"
+
+
+def _iam(name: str) -> dict[str, Any]:
+    return json.loads((IAM / name).read_text())
+
+
+def _statements(policy: dict[str, Any], effect: str) -> list[dict[str, Any]]:
+    statements = policy["Statement"]
+    return [s for s in (statements if isinstance(statements, list) else [statements]) if s["Effect"] == effect]
+
+
+def _listed(value: str | list[str]) -> list[str]:
+    return [value] if isinstance(value, str) else list(value)
+
+
+def _object_grants(policy: dict[str, Any], effect: str, actions: tuple[str, ...]) -> list[str]:
+    """The object ARN patterns on which the policy's `effect` statements cover any of `actions`."""
+    found = []
+    for s in _statements(policy, effect):
+        if any(fnmatch.fnmatchcase(a, pattern) for a in actions for pattern in _listed(s["Action"])):
+            found += [r for r in _listed(s["Resource"]) if "/" in r or r == "*"]
+    return found
+
+
+def _s3_object(uri: str) -> str:
+    """s3://bucket/prefix → the ARN of an object under it."""
+    bucket, _, prefix = uri.removeprefix("s3://").partition("/")
+    return f"arn:aws:s3:::{bucket}/{prefix.strip('/')}/some/object"
+
+
+def test_the_tracking_server_alone_writes_its_artifact_prefix_and_ray_only_the_sweep_storage():
+    (deployment,) = of_kind("Deployment")
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    artifacts = _s3_object(next(a.split("=", 1)[1] for a in args if a.startswith("--artifacts-destination=")))
+    mlflow, ray = _iam("mlflow-s3-policy.json"), _iam("ray-s3-policy.json")
+    mlflow_writes = _object_grants(mlflow, "Allow", S3_WRITES)
+    assert any(fnmatch.fnmatchcase(artifacts, r) for r in mlflow_writes), "the server cannot write its artifacts"
+    prefix = artifacts.removesuffix("some/object")
+    assert all(r.startswith(prefix) for r in mlflow_writes), f"the server's role writes beyond {prefix}: {mlflow_writes}"
+    ray_writes = _object_grants(ray, "Allow", S3_WRITES)
+    assert not any(fnmatch.fnmatchcase(artifacts, r) for r in ray_writes), "Ray pods may write MLflow's artifacts"
+    assert any(fnmatch.fnmatchcase(artifacts, r) for r in _object_grants(ray, "Deny", ("s3:GetObject", *S3_WRITES)))
+    sweep = {env_by_name(spec["headGroupSpec"]["template"]["spec"]["containers"][0])["DRYDOCK_STORAGE_PATH"]["value"]
+             for _, spec in ray_cluster_specs()}
+    readme = (CLUSTER / "README.md").read_text()
+    sweep |= set(re.findall(r"--workdir (s3://\S+)", readme))  # the URI work location (section 7)
+    for uri in sweep:
+        obj = _s3_object(uri.replace("$DRYDOCK_BUCKET", "${DRYDOCK_BUCKET}"))
+        for action in ("s3:GetObject", *S3_WRITES):
+            assert any(fnmatch.fnmatchcase(obj, r) for r in _object_grants(ray, "Allow", (action,))), (uri, action)
+
+
+def _writable(pod: dict[str, Any], container: dict[str, Any]) -> list[str]:
+    volumes = {v["name"]: v for v in pod.get("volumes", [])}
+    return [m["mountPath"] for m in container.get("volumeMounts", [])
+            if "emptyDir" in volumes.get(m["name"], {}) and not m.get("readOnly")]
+
+
+def _check_container_context(where: str, context: dict[str, Any]) -> None:
+    assert context.get("allowPrivilegeEscalation") is False, f"{where}: allowPrivilegeEscalation: false"
+    assert not context.get("privileged"), f"{where}: privileged"
+    assert context.get("readOnlyRootFilesystem") is True, f"{where}: readOnlyRootFilesystem: true"
+    capabilities = context.get("capabilities") or {}
+    assert "ALL" in capabilities.get("drop", []) and not capabilities.get("add"), f"{where}: capabilities: drop ALL"
+
+
+def test_every_pod_runs_as_non_root_without_privileges_on_a_read_only_root():
+    for where, pod in pod_specs():
+        context = pod.get("securityContext") or {}
+        assert context.get("runAsNonRoot") is True and context.get("runAsUser", 1000) != 0, f"{where}: runAsNonRoot"
+        assert (context.get("seccompProfile") or {}).get("type") == "RuntimeDefault", f"{where}: seccompProfile"
+        assert not any(pod.get(k) for k in ("hostNetwork", "hostPID", "hostIPC")), f"{where}: host namespaces"
+        assert not any("hostPath" in v for v in pod.get("volumes", [])), f"{where}: hostPath volume"
+        for c in pod.get("initContainers", []) + pod["containers"]:
+            _check_container_context(f"{where} container {c['name']}", c.get("securityContext") or {})
+            writable = _writable(pod, c)
+            assert "/tmp" in writable, f"{where} {c['name']}: a read-only root needs an emptyDir at /tmp"
+            home = env_by_name(c).get("HOME", {}).get("value", "")
+            assert any(home == w or home.startswith(w + "/") for w in writable), (
+                f"{where} {c['name']}: HOME ({home or 'the image default'}) must be writable: caches and configs go there")
+    for name, spec in ray_cluster_specs():
+        if spec.get("enableInTreeAutoscaling"):  # KubeRay's autoscaler sidecar in the head pod
+            _check_container_context(f"{name} autoscaler", spec["autoscalerOptions"].get("securityContext") or {})
+
+
+def test_the_tracking_server_verifies_the_databases_certificate():
+    (deployment,) = of_kind("Deployment")
+    pod = deployment["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    (config,) = [c for c in of_kind("ConfigMap") if c["metadata"]["name"] == "mlflow-auth"]
+    ini = configparser.ConfigParser()
+    ini.read_string(config["data"]["basic_auth.ini"])
+    backend = next(a.split("=", 1)[1] for a in container["args"] if a.startswith("--backend-store-uri="))
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    mounts = {m["mountPath"]: volumes[m["name"]] for m in container["volumeMounts"]}
+    for uri in (backend, ini["mlflow"]["database_uri"]):
+        query = urllib.parse.parse_qs(urllib.parse.urlsplit(uri).query)
+        assert query.get("sslmode") == ["verify-full"], f"{uri}: sslmode=verify-full checks the certificate and the host"
+        (ca,) = query["sslrootcert"]
+        (volume,) = [v for path, v in mounts.items() if ca.startswith(path.rstrip("/") + "/")]
+        assert "configMap" in volume or "secret" in volume, f"{ca}: the CA bundle comes from a ConfigMap or secret"
+    env = env_by_name(container)
+    assert env.get("PGSSLMODE", {}).get("value", "verify-full") == "verify-full"
+
+
+def test_the_readme_explains_each_account_policy_and_setting():
+    readme = (CLUSTER / "README.md").read_text()
+    match = re.search(r"^## \d+\. Security\n(.*?)(?=^## |\Z)", readme, re.DOTALL | re.MULTILINE)
+    assert match, "cluster/README.md has no Security section"
+    section = match.group(1)
+    names = set(service_accounts()) | {p["metadata"]["name"] for p in of_kind("NetworkPolicy")}
+    names |= {f"iam/{p.name}" for p in IAM.glob("*.json")}
+    names |= {"authOptions", "RAY_AUTH_TOKEN", "verify-full", "MLFLOW_TRACKING_SERVER_CERT_PATH", "readOnlyRootFilesystem"}
+    missing = sorted(n for n in names if n not in section)
+    assert not missing, f"the Security section does not mention {missing}"
 
 
 # ----------------------------------------------------------------------------------------------

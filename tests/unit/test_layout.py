@@ -20,16 +20,18 @@ PACKAGES = ("pipeline", "methods")
 # subpackage (pipeline.prepare.data → "prepare"), else its own top-level name.
 ROOMS_ALLOWED: dict[str, set[str]] = {
     "errors": set(),
+    "lock": set(),  # one run of a spec at a time: the lock `drydock sweep` and `drydock retrain` share
+    "storage": {"errors"},  # the work location (a folder or a URI): every stage that hands work on
     "config": {"errors", "methods"},  # method parameters are validated through the registry
     "results": {"errors", "config"},
-    "tracking": {"errors", "config", "results"},
+    "tracking": {"errors", "storage", "config", "results"},
     "prepare": {"errors", "config", "methods"},  # methods.base's TaskInfo only (see METHODS_PUBLIC)
     "training": {"errors", "config", "prepare", "methods"},
-    "search": {"errors", "config", "prepare", "training", "tracking", "results", "methods"},
-    "select": {"errors", "config", "prepare", "results", "tracking", "methods"},
-    "sweep": {"errors", "config", "prepare", "training", "search", "select", "tracking", "results", "methods"},
-    "retrain": {"errors", "config", "prepare", "training", "select", "sweep", "tracking", "methods"},
-    "cli": {"errors", "config", "prepare", "training", "search", "select", "tracking", "results", "sweep", "retrain", "methods"},
+    "search": {"errors", "storage", "config", "prepare", "training", "tracking", "results", "methods"},
+    "select": {"errors", "storage", "config", "prepare", "results", "tracking", "methods"},
+    "sweep": {"errors", "storage", "config", "prepare", "training", "search", "select", "tracking", "results", "methods"},
+    "retrain": {"errors", "lock", "storage", "config", "prepare", "training", "select", "sweep", "tracking", "methods"},
+    "cli": {"errors", "lock", "storage", "config", "prepare", "training", "search", "select", "tracking", "results", "sweep", "retrain", "methods"},
     "methods": {"methods"},
 }
 # What the pipeline may import from methods/: the registry and the contract, never a method's
@@ -249,7 +251,8 @@ def test_no_function_is_longer_than_80_lines(tree):
 
 def test_every_stage_folder_exists_and_the_top_level_holds_only_contracts(tree):
     top = {m for m in tree[1] if m.count(".") == 1 and m.startswith("pipeline.") and not (ROOT / m.replace(".", "/")).is_dir()}
-    assert top == {"pipeline.config", "pipeline.errors", "pipeline.results", "pipeline.tracking", "pipeline.sweep", "pipeline.retrain"}
+    assert top == {"pipeline.config", "pipeline.errors", "pipeline.results", "pipeline.tracking", "pipeline.sweep", "pipeline.retrain",
+                   "pipeline.storage", "pipeline.lock"}
     for stage in ("prepare", "training", "search", "select", "cli"):
         assert (ROOT / "pipeline" / stage / "__init__.py").is_file()
         assert (ROOT / "tests" / "unit" / stage).is_dir() or (ROOT / "tests" / "integration" / stage).is_dir()

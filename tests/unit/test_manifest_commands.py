@@ -73,6 +73,9 @@ SIMULATED_KINDS = {"RayJob", "CronJob", "Job"}
 #       RAY_JOB_SUBMISSION_ID
 #   ray-operator/controllers/ray/utils/util.go       GetContainerCommand: ["/bin/bash", "-ce", "--"]
 #   ray-operator/controllers/ray/utils/constant.go   BasePythonHealthCommand, RayDashboardGCSHealthPath
+#   ray-operator/controllers/ray/common/pod.go       SetContainerTokenAuthEnvVars: with the cluster's
+#       authOptions.mode token, configureSubmitterContainer adds RAY_AUTH_MODE=token and RAY_AUTH_TOKEN
+#       (key auth_token of authOptions.secretName, else of a secret named after the cluster), unless set
 # The entrypoint is one word of that list, pasted unquoted between `--` and `;`: the submitter's
 # bash parses it.
 # ----------------------------------------------------------------------------------------------
@@ -154,9 +157,25 @@ def kuberay_submitter(rayjob: dict[str, Any]) -> tuple[list[str], dict[str, str]
         argv = ["/bin/bash", "-ce", "--", " ".join(words)]
     else:  # a user's own command is kept as written (with RAY_DASHBOARD_ADDRESS etc. to use)
         argv = [*container["command"], *container.get("args", [])]
-    env = {e["name"]: str(e["value"]) for e in container.get("env", []) if "value" in e}
+    env = container_env(container)
     env.update(PYTHONUNBUFFERED="1", RAY_DASHBOARD_ADDRESS=dashboard_url, RAY_JOB_SUBMISSION_ID=job_id)
+    auth = (spec.get("rayClusterSpec") or {}).get("authOptions") or {}
+    if auth.get("mode") == "token":  # the cluster KubeRay creates for the RayJob is named {name}-xxxxx
+        env.setdefault("RAY_AUTH_MODE", "token")
+        env.setdefault("RAY_AUTH_TOKEN", f"<secret {auth.get('secretName') or name + '-x7k2p'}/auth_token>")
     return argv, env
+
+
+def container_env(container: dict[str, Any]) -> dict[str, str]:
+    """A container's environment: literal values, and a stand-in for each value from a secret."""
+    env = {}
+    for e in container.get("env", []):
+        if "value" in e:
+            env[e["name"]] = str(e["value"])
+        elif "secretKeyRef" in e.get("valueFrom", {}):
+            ref = e["valueFrom"]["secretKeyRef"]
+            env[e["name"]] = f"<secret {ref['name']}/{ref['key']}>"
+    return env
 
 
 # ----------------------------------------------------------------------------------------------
@@ -253,7 +272,7 @@ def manifest_submissions() -> Iterator[Submission]:
                 for c in pod_containers(kind, doc):
                     argv = [*c.get("command", []), *c.get("args", [])]
                     if DRYDOCK_COMMAND.search(" ".join(argv)):
-                        env = {e["name"]: str(e["value"]) for e in c.get("env", []) if "value" in e}
+                        env = container_env(c)
                         yield Submission(f"{rel} {kind}/{name} {c['name']}", argv,
                                          written_drydock_args(shlex.join(argv)), ray_cli_entrypoint(argv[1:]), env)
 
@@ -292,7 +311,8 @@ CASES = [pytest.param(s, id=s.where, marks=s.marks) for s in SUBMISSIONS]
 FAKE_RAY = """#!{python}
 import json, os, sys
 with open(os.path.join(os.environ["FAKE_LOG_DIR"], "ray.jsonl"), "a") as f:
-    f.write(json.dumps({{"argv": sys.argv[1:], "cwd": os.getcwd()}}) + "\\n")
+    auth = {{k: os.environ[k] for k in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN") if k in os.environ}}
+    f.write(json.dumps({{"argv": sys.argv[1:], "cwd": os.getcwd(), "auth": auth}}) + "\\n")
 # `ray job status ID`: no such job yet, so KubeRay's submitter takes its submit branch
 sys.exit(1 if sys.argv[1:3] == ["job", "status"] else 0)
 """
@@ -418,6 +438,19 @@ def test_the_jobs_exit_status_is_drydocks(s: Submission, fakes: Fakes):
     entrypoint = submit(fakes, s)
     for rc in (0, 1, 2):
         assert run_job(fakes, shlex.join(entrypoint), rc).returncode == rc, s.where
+
+
+MANIFEST_CASES = [pytest.param(s, id=s.where) for s in SUBMISSIONS if not s.where.startswith("README")]
+
+
+@pytest.mark.parametrize("s", MANIFEST_CASES)
+def test_every_submission_sends_the_clusters_ray_token(s: Submission, fakes: Fakes):
+    """The Ray clusters turn on Ray's token authentication (authOptions.mode: token, cluster/README.md
+    section 8): a `ray job submit` without RAY_AUTH_MODE=token and a token gets 401 from the job API."""
+    submit(fakes, s)
+    (call,) = [c for c in fakes.calls("ray") if c["argv"][:2] == ["job", "submit"]]
+    assert call["auth"].get("RAY_AUTH_MODE") == "token", f"{s.where}: `ray job submit` runs without RAY_AUTH_MODE=token"
+    assert call["auth"].get("RAY_AUTH_TOKEN", "").startswith("<secret "), f"{s.where}: no RAY_AUTH_TOKEN from a secret"
 
 
 def test_every_manifest_command_that_runs_drydock_is_simulated():

@@ -7,17 +7,18 @@ from pathlib import Path
 import pytest
 
 from pipeline.config import load_spec
-from pipeline.retrain import Locked, fingerprints, spec_lock
+from pipeline.lock import Locked, spec_lock
+from pipeline.retrain import fingerprints
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_a_second_holder_of_the_lock_is_refused_and_the_lock_is_released(tmp_path):
-    with spec_lock(tmp_path):
-        with pytest.raises(Locked, match=r"another retrain of this spec is running \(pid \d+"):
-            with spec_lock(tmp_path):
+    with spec_lock(tmp_path, "drydock retrain smoke"):
+        with pytest.raises(Locked, match=r"holds its lock: drydock retrain smoke, pid \d+ on .+, since \d{4}-"):
+            with spec_lock(tmp_path, "drydock sweep smoke"):
                 pass
-    with spec_lock(tmp_path):  # free again once the first holder left
+    with spec_lock(tmp_path, "drydock sweep smoke"):  # free again once the first holder left
         pass
 
 

@@ -42,7 +42,9 @@ def test_smoke_sweep_with_asha_records_every_trial_and_isolates_a_failure(ray_lo
 
     tmp_path = workdir
     spec = load_spec(SMOKE, [
-        "methods.finetune.num_layers={grid: [2, 9]}",  # 9 > the teacher's 4 layers: that trial raises
+        # a learning rate of 1e30 diverges at its first step: that trial fails, the others go on
+        # (a setting the teacher rules out, such as 9 of its 4 layers, now stops the sweep before any work)
+        "methods.finetune.learning_rate={grid: [1.0e-3, 1.0e+30]}",
         "search.max_failures=0",
     ])
     frame = run_sweep(spec, tmp_path)
@@ -50,12 +52,12 @@ def test_smoke_sweep_with_asha_records_every_trial_and_isolates_a_failure(ray_lo
     assert list(results.columns) == results_table.ordered_columns(list(results.columns))
     for column in ["trial_id", "method", "seed", "status", "error", "metric_name", "metric", "teacher_metric", "retention",
                    "num_params", "num_params_encoder", "latency_ms", "latency_p90_ms", "speedup", "train_seconds", "steps",
-                   "pareto", "student_path", "mlflow_run_id", "params.alpha", "params.num_layers", "metrics.accuracy"]:
+                   "pareto", "student_path", "mlflow_run_id", "params.alpha", "params.learning_rate", "metrics.accuracy"]:
         assert column in results.columns, column
     assert len(results) == 4 and results["trial_id"].is_unique
     failed = results[results["status"] == "failed"]
-    assert len(failed) == 1 and failed.iloc[0]["params.num_layers"] == 9
-    assert "do not fit a 4-layer teacher" in failed.iloc[0]["error"]
+    assert len(failed) == 1 and failed.iloc[0]["params.learning_rate"] == 1e30
+    assert "loss is not finite at step 1" in failed.iloc[0]["error"]
     done = results[results["status"] != "failed"]
     assert set(done["status"]) <= {"finished", "stopped"} and (done["status"] == "finished").any()
     finished = done[done["status"] == "finished"]
@@ -221,3 +223,14 @@ def test_a_bad_deepspeed_preset_fails_before_any_work(workdir):
     with pytest.raises(DrydockError, match="resources.deepspeed.preset: /nowhere/ds.json is not a file"):
         run_sweep(spec, workdir)
     assert not (workdir / "smoke-bad").exists()
+
+
+def test_a_setting_the_teacher_rules_out_stops_the_sweep_before_any_work(tmp_path):
+    """9 layers of a 4-layer teacher: refused with the field named, before Ray, data or MLflow."""
+    from pipeline.errors import DrydockError
+    from pipeline.sweep import run_sweep
+
+    spec = load_spec(SMOKE, ["methods.finetune.num_layers={grid: [2, 9]}"])
+    with pytest.raises(DrydockError, match=r"methods\.finetune\.num_layers: 9 layers exceed the teacher's 4"):
+        run_sweep(spec, tmp_path / "w", log=lambda _: None)
+    assert not (tmp_path / "w").exists()

@@ -1,6 +1,8 @@
 """--resume after the sweep's driver is SIGKILLed: every trial ends up in the table and in
 MLflow exactly once, and finished trials are not trained again. Runs the real CLI in
-subprocesses, each with its own local Ray (its temp folder is cleaned after the kill)."""
+subprocesses, each with its own local Ray (its temp folder is cleaned after the kill). The work
+location is a `file://` URI and the resumed driver starts with an empty cache, as on another
+machine: all it continues from is in the location."""
 
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ pytestmark = pytest.mark.ray
 
 
 def _sweep_cmd(workdir: Path, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "pipeline.cli", "sweep", str(SMOKE), "--workdir", str(workdir),
+    return [sys.executable, "-m", "pipeline.cli", "sweep", str(SMOKE), "--workdir", workdir.as_uri(),
             "--set", "methods={kd: {alpha: {grid: [0.3, 0.9]}}}", "--set", "search.scheduler=fifo",
             "--set", "resources.workers_per_trial=2", "--set", "train.epochs=1", *extra]
 
@@ -42,7 +44,7 @@ def test_resume_after_killing_the_driver_finishes_every_trial_once(tmp_path):
     """Two 2-worker DDP trials; the driver is killed after the first finishes, then resumed."""
     workdir = tmp_path / "w"
     temp_dir = Path("/tmp") / f"dd{os.getpid()}"
-    env = {**os.environ, "DRYDOCK_RAY_TMPDIR": str(temp_dir)}
+    env = {**os.environ, "DRYDOCK_RAY_TMPDIR": str(temp_dir), "DRYDOCK_CACHE_DIR": str(tmp_path / "first-cache")}
     driver = subprocess.Popen(_sweep_cmd(workdir), cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                               start_new_session=True)
     deadline = time.time() + 300
@@ -59,6 +61,7 @@ def test_resume_after_killing_the_driver_finishes_every_trial_once(tmp_path):
     finally:
         _kill_session(temp_dir)
     first = {p.parent.name for p in outcomes}
+    env["DRYDOCK_CACHE_DIR"] = str(tmp_path / "second-cache")  # another machine: nothing of the first run's mirror
     resumed = subprocess.run(_sweep_cmd(workdir, "--resume"), cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     _kill_session(temp_dir)
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]

@@ -148,3 +148,18 @@ def test_pareto_table_text_follows_the_pareto_column(sweep_dir):
 def test_report_of_a_folder_without_results_is_a_user_error(tmp_path):
     with pytest.raises(DrydockError, match="no results table"):
         run_cli(["report", str(tmp_path)])
+
+
+def test_the_latency_line_names_the_nodes_and_the_untimed_seeds(sweep_dir):
+    from pipeline.select.latency import load_record
+
+    record = load_record(sweep_dir)
+    on = {node: measurement("teacher", p50).model_copy(update={"node_id": node, "hostname": f"gpu-{node}"})
+          for node, p50 in (("n1", 10.0), ("n2", 10.4))}
+    save_record(sweep_dir, record.model_copy(update={"teachers": on, "teacher": on["n1"],
+                                                     "not_timed": {"kd-alpha0.5-s1": "kd-alpha0.5-s0"}}))
+    md = rebuild_report(sweep_dir).markdown.read_text()
+    assert ("Latency: batch 8 × 32 tokens on Test CPU 9000 (cpu, 2 threads, torch 2.13.0); p50 / p90 in ms. "
+            "Timed in parallel on 2 node(s) (gpu-n1, gpu-n2), the teacher on each (p50 10.00–10.40 ms); "
+            "every speedup is against the teacher on the student's own node. One export per configuration was timed, "
+            "the seed the registry serves (1 other seed(s) untimed; `selection.latency.all_seeds: true` times every seed).") in md

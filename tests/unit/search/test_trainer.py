@@ -54,7 +54,9 @@ def test_run_train_builds_one_trainer_from_the_resources_and_relays_its_reports(
     assert (scaling.num_workers, scaling.use_gpu, scaling.resources_per_worker) == (2, False, {"CPU": 2.0})
     run = made.run_config
     assert (run.name, run.storage_path, run.checkpoint_config.num_to_keep) == ("train-kd-1-s0", "/tmp/x", 1)
-    assert (run.failure_config.max_failures, run.failure_config.controller_failure_limit) == (3, CONTROLLER_FAILURE_LIMIT)
+    # the default patience, 1800 s, in rounds of a minute: 30 requests, so 29 restarts (never fewer than the limit)
+    assert (run.failure_config.max_failures, run.failure_config.controller_failure_limit) == (3, 29)
+    assert 29 > CONTROLLER_FAILURE_LIMIT
     assert [type(c) for c in run.callbacks] == [ReportRelay]
     assert got == [{"step": 8, "eval/accuracy": 0.5}]  # delivered before run_train returned
 

@@ -55,7 +55,8 @@ def _rank(rank: int, port: int, without_cuda: int | None, out: str, all_ended) -
     # short: a rank left waiting in a collective fails the test instead of hanging it
     dist.init_process_group("gloo", rank=rank, world_size=WORLD, timeout=datetime.timedelta(seconds=10))
     context = SimpleNamespace(get_world_size=lambda: WORLD, get_world_rank=lambda: rank)
-    config = {"spec": spec_to_dict(spec_from_dict(BASE)), "workdir": out, "output_dir": out, "deepspeed_preset": None,
+    config = {"spec": spec_to_dict(spec_from_dict(BASE)), "workdir": out, "trial_dir": "trial", "deepspeed_preset": None,
+              "prepared": {"data": "data-x", "tokenizer": "tokenizer-x"},
               "trial": {"method": "kd", "params": {}, "seed": 0, "config_id": "c"},
               "teacher": {"path": out, "metrics": {}, "key": "k"}}
     try:
@@ -65,7 +66,7 @@ def _rank(rank: int, port: int, without_cuda: int | None, out: str, all_ended) -
              mock.patch.object(ray, "get_runtime_context", lambda: SimpleNamespace(get_node_id=lambda: f"node-{rank}")), \
              mock.patch.object(torch.cuda, "is_available", lambda: rank != without_cuda), \
              mock.patch.object(torch.cuda, "set_device", lambda _device: None), \
-             mock.patch.object(worker, "prepare", _first_collective):
+             mock.patch.object(worker, "fetch_inputs", _first_collective):
             worker.train_worker(config)
         ended = "returned"
     except Exception as e:  # a rank left behind: the backend's timeout or a closed peer
@@ -87,7 +88,7 @@ def _run_trial(tmp_path: Path, without_cuda: int | None) -> tuple[dict, list[str
             for process in ranks.processes:
                 process.kill()
             pytest.fail("the ranks did not all end within 120 s")
-    return read_outcome(tmp_path), [(tmp_path / f"ended.{r}").read_text() for r in range(WORLD)]
+    return read_outcome(tmp_path / "trial"), [(tmp_path / f"ended.{r}").read_text() for r in range(WORLD)]
 
 
 @pytest.mark.parametrize("without_cuda", [1, 0])

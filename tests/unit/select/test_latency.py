@@ -1,7 +1,10 @@
-"""Latency measurement on tiny models, in-process (Ray not started) and, once, as a Ray task."""
+"""Latency measurement on tiny models in-process (Ray not started), and the planning of a
+measurement under Ray on plain `ray.nodes()`-shaped data (the cluster itself:
+tests/integration/select/test_latency_cluster.py)."""
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -14,8 +17,8 @@ from pipeline.config import LatencyConfig
 from pipeline.errors import DrydockError
 from pipeline.select.latency import (
     MAX_SECONDS_FACTOR,
-    TEACHER,
     LatencyRecord,
+    Measurement,
     cpu_name,
     fill_latency,
     load_record,
@@ -23,6 +26,9 @@ from pipeline.select.latency import (
     measure_folder,
     median_interval,
     median_is_stable,
+    plan_nodes,
+    representative_teacher,
+    same_device_model,
     save_record,
     time_forward,
 )
@@ -46,9 +52,12 @@ def wide_students(tmp_path_factory, tiny_tokenizer) -> dict[str, Path]:
 
 
 def test_deeper_model_is_slower_and_figures_are_consistent(wide_students):
-    measured, errors = measure_all({TEACHER: wide_students["layers8"], "s1": wide_students["layers1"]}, SETTINGS, log=lambda _: None)
-    assert errors == {}
-    slow, fast = measured[TEACHER], measured["s1"]
+    import os
+
+    timings = measure_all({"s1": wide_students["layers1"]}, SETTINGS, log=lambda _: None, teacher=wide_students["layers8"])
+    assert timings.errors == {} and set(timings.teachers) == {""}  # without Ray: in this process, no node id
+    slow, fast = timings.teachers[""], timings.students["s1"]
+    assert timings.teacher == slow and slow.pid == fast.pid == os.getpid()
     assert fast.p50_ms > 0 and slow.p50_ms > 2 * fast.p50_ms  # 8 layers vs 1: several times the work
     for m in (slow, fast):
         assert m.p90_ms >= m.p50_ms > 0 and m.runs >= SETTINGS.min_runs
@@ -60,10 +69,12 @@ def test_deeper_model_is_slower_and_figures_are_consistent(wide_students):
 
     rows = [results_table.trial_row("s1", "finetune", 0, {}, "finished", {"metric": 0.5}),
             results_table.trial_row("s2", "finetune", 1, {}, "failed", error="boom")]
-    frame = fill_latency(results_table.to_frame(rows), {"s1": fast}, slow)
+    frame = fill_latency(results_table.to_frame(rows), {"s1": fast}, timings.teachers)
     assert frame.loc[0, "latency_ms"] == fast.p50_ms and frame.loc[0, "latency_p90_ms"] == fast.p90_ms
     assert frame.loc[0, "speedup"] == pytest.approx(slow.p50_ms / fast.p50_ms) and frame.loc[0, "speedup"] > 2
-    assert pd.isna(frame.loc[1, "latency_ms"]) and pd.isna(frame.loc[1, "speedup"])
+    assert frame.loc[0, "latency_device"] == cpu_name()
+    assert pd.isna(frame.loc[1, "latency_ms"]) and pd.isna(frame.loc[1, "speedup"]) and pd.isna(frame.loc[1, "latency_device"])
+    assert list(frame.columns) == results_table.ordered_columns(list(frame.columns))
 
 
 def test_timed_runs_meet_both_minimums_after_the_warmup():
@@ -122,45 +133,142 @@ def test_a_broken_student_is_recorded_and_the_others_are_measured(wide_students,
         (broken / name).write_bytes((wide_students["layers1"] / name).read_bytes())
     (broken / "model.safetensors").write_bytes(b"not a safetensors file")
     settings = LatencyConfig(batch_size=2, seq_length=8, warmup=0, min_runs=2, min_seconds=0.01)
-    measured, errors = measure_all({"bad": broken, "good": wide_students["layers1"]}, settings, log=lambda _: None)
-    assert set(measured) == {"good"} and set(errors) == {"bad"}
+    timings = measure_all({"bad": broken, "good": wide_students["layers1"]}, settings, log=lambda _: None)
+    assert set(timings.students) == {"good"} and set(timings.errors) == {"bad"} and timings.teacher is None
 
 
 def test_latency_record_round_trips(tmp_path, wide_students):
     m = measure_folder(wide_students["layers1"], LatencyConfig(batch_size=2, seq_length=8, warmup=0, min_runs=2, min_seconds=0.01))
-    record = LatencyRecord(settings=SETTINGS, teacher=m, teacher_name="bert-tiny", students={"t1": m}, errors={"t2": "boom"})
+    on_node = m.model_copy(update={"node_id": "n1"})
+    record = LatencyRecord(settings=SETTINGS.model_copy(update={"accelerator_type": "A100"}), teacher=on_node,
+                           teachers={"n1": on_node}, teacher_name="bert-tiny", students={"t1": on_node},
+                           errors={"t2": "boom"}, not_timed={"t3": "t1"})
     save_record(tmp_path, record)
     loaded = load_record(tmp_path)
-    assert loaded.teacher == m and loaded.students == {"t1": m} and loaded.errors == {"t2": "boom"}
-    assert loaded.settings == SETTINGS and loaded.measured_at
+    assert loaded.teacher == on_node and loaded.teachers == {"n1": on_node} and loaded.students == {"t1": on_node}
+    assert loaded.errors == {"t2": "boom"} and loaded.not_timed == {"t3": "t1"}
+    assert loaded.settings == record.settings and loaded.settings.accelerator_type == "A100" and loaded.measured_at
+    # a record written before nodes existed still loads: its measurements have no node
+    old = json.loads((tmp_path / "latency.json").read_text())
+    for key in ("teachers", "not_timed"):
+        old.pop(key)
+    for key in ("accelerator_type", "all_seeds"):
+        old["settings"].pop(key)
+    for measurement in [old["teacher"], *old["students"].values()]:
+        measurement.pop("node_id")
+        measurement.pop("pid")
+    (tmp_path / "latency.json").write_text(json.dumps(old))
+    loaded = load_record(tmp_path)
+    assert loaded.teacher.node_id == "" and loaded.teachers == {} and loaded.settings == SETTINGS
     assert load_record(tmp_path / "nowhere") is None
     (tmp_path / "latency.json").write_text("{}")
     with pytest.raises(DrydockError, match="latency.json"):
         load_record(tmp_path)
 
 
-@pytest.mark.ray
-def test_under_ray_each_measurement_takes_a_whole_node(wide_students):
-    import ray
+# ----------------------------------------------------------------------------------------------
+# planning a measurement under Ray: plain `ray.nodes()`-shaped data
+# ----------------------------------------------------------------------------------------------
 
-    from pipeline.select.latency import node_request
 
-    started_here = not ray.is_initialized()
-    if started_here:
-        ray.init(num_cpus=2, include_dashboard=False, object_store_memory=128 * 2**20, log_to_driver=False,
-                 runtime_env={"env_vars": {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "error"}})
-    try:
-        node_cpus = max(n["Resources"].get("CPU", 0) for n in ray.nodes() if n["Alive"])
-        assert node_request("cpu") == {"num_cpus": node_cpus, "num_gpus": 0}
-        if not any(n["Resources"].get("GPU") for n in ray.nodes() if n["Alive"]):
-            with pytest.raises(DrydockError, match="no node with a GPU"):
-                node_request("cuda")
-        settings = LatencyConfig(batch_size=2, seq_length=8, warmup=0, min_runs=2, min_seconds=0.01)
-        measured, errors = measure_all({TEACHER: wide_students["layers8"], "s": wide_students["layers1"]}, settings, log=lambda _: None)
-        assert errors == {}
-        # the thread count defaults to the CPUs the task was granted: the whole node
-        assert measured[TEACHER].threads == node_cpus and measured["s"].threads == node_cpus
-        assert measured["s"].hostname and measured["s"].p50_ms > 0
-    finally:
-        if started_here:
-            ray.shutdown()
+def node(node_id: str, cpus: float, gpus: float = 0, accelerator: str | None = None, alive: bool = True) -> dict:
+    """One entry of `ray.nodes()` as Ray 2.60 gives it (the keys drydock reads, plus the noise)."""
+    resources = {"CPU": cpus, "memory": 8e9, "object_store_memory": 1e9, f"node:10.0.0.{len(node_id)}": 1.0}
+    if gpus:
+        resources["GPU"] = gpus
+    if accelerator:
+        resources[f"accelerator_type:{accelerator}"] = 1.0
+    return {"NodeID": node_id, "Alive": alive, "NodeManagerAddress": f"10.0.0.{len(node_id)}",
+            "NodeManagerHostname": f"host-{node_id}", "Resources": resources if alive else {}}
+
+
+CUDA = LatencyConfig(device="cuda")
+MIXED = [node("head", 0), node("a100-1", 16, 8, "A100"), node("a100-2", 16, 4, "A100"), node("t4-1", 8, 1, "T4"),
+         node("t4-2", 8, 1, "T4"), node("cpu-1", 32), node("a100-dead", 16, 8, "A100", alive=False)]
+
+
+def ids(nodes) -> list[str]:
+    return [n.node_id for n in nodes]
+
+
+def test_cuda_on_several_accelerator_types_needs_one_named():
+    with pytest.raises(DrydockError) as refused:
+        plan_nodes(MIXED, CUDA)
+    message = str(refused.value)
+    assert message.startswith("selection.latency.accelerator_type: the cluster's GPU nodes are of several types (A100 ×2, T4 ×2)")
+    assert "--set selection.latency.accelerator_type=A100" in message  # the dead A100 node is not counted
+    # named: every alive node of that type, the whole node each (all its CPUs and GPUs), biggest first
+    a100 = plan_nodes(MIXED, CUDA.model_copy(update={"accelerator_type": "A100"}))
+    assert ids(a100) == ["a100-1", "a100-2"] and [n.request for n in a100] == [{"num_cpus": 16, "num_gpus": 8},
+                                                                               {"num_cpus": 16, "num_gpus": 4}]
+    assert a100[0].host == "host-a100-1" and a100[0].accelerator_type == "A100"
+    assert ids(plan_nodes(MIXED, CUDA.model_copy(update={"accelerator_type": "T4"}))) == ["t4-1", "t4-2"]
+    # no more nodes than students: each node times the teacher too
+    assert ids(plan_nodes(MIXED, CUDA.model_copy(update={"accelerator_type": "T4"}), max_nodes=1)) == ["t4-1"]
+
+
+def test_a_named_type_the_cluster_lacks_and_cuda_without_gpus_are_refused():
+    with pytest.raises(DrydockError, match=r"^selection.latency.accelerator_type: H100, but no alive GPU node of the Ray "
+                                           r"cluster has that type \(present: A100 ×2, T4 ×2\)$"):
+        plan_nodes(MIXED, CUDA.model_copy(update={"accelerator_type": "H100"}))
+    with pytest.raises(DrydockError, match="selection.latency.device: cuda, but the Ray cluster has no node with a GPU"):
+        plan_nodes([node("head", 0), node("cpu-1", 8)], CUDA)
+    # one type (or GPUs Ray gave no type, all alike) needs no name
+    assert ids(plan_nodes([node("g1", 8, 1, "L4"), node("g2", 8, 2, "L4")], CUDA)) == ["g2", "g1"]
+    assert ids(plan_nodes([node("g1", 8, 1), node("g2", 8, 1)], CUDA)) == ["g1", "g2"]
+    with pytest.raises(DrydockError, match=r"several types \(L4 ×1, no accelerator type ×1\)"):
+        plan_nodes([node("g1", 8, 1, "L4"), node("g2", 8, 1)], CUDA)
+
+
+def test_cpu_timing_takes_the_gpu_less_nodes_of_one_shape_or_the_named_type():
+    cpu = LatencyConfig(device="cpu")
+    # no GPU machines (their CPUs are another model, their GPUs better left free), the most CPUs only
+    nodes = [node("head", 0), node("c1", 8), node("c2", 16), node("c3", 16), node("g1", 64, 8, "A100")]
+    assert ids(plan_nodes(nodes, cpu)) == ["c2", "c3"] and plan_nodes(nodes, cpu)[0].request == {"num_cpus": 16, "num_gpus": 0}
+    # a GPU-only cluster times on its GPU nodes' CPUs; a named type picks those
+    assert ids(plan_nodes([node("g1", 64, 8, "A100"), node("g2", 32, 1, "T4")], cpu)) == ["g1"]
+    assert ids(plan_nodes(nodes, cpu.model_copy(update={"accelerator_type": "A100"}))) == ["g1"]
+    with pytest.raises(DrydockError, match=r"^selection.latency.accelerator_type: T4, but no alive node of the Ray cluster"):
+        plan_nodes(nodes, cpu.model_copy(update={"accelerator_type": "T4"}))
+    with pytest.raises(DrydockError, match="no alive node with CPUs"):
+        plan_nodes([node("head", 0), node("gone", 8, alive=False)], cpu)
+
+
+def test_the_nodes_of_the_most_common_device_model_are_kept():
+    assert same_device_model([("a", "Xeon 8375C"), ("b", "EPYC 7R13"), ("c", "Xeon 8375C")]) == ["a", "c"]
+    assert same_device_model([("a", "NVIDIA A100-SXM4-80GB"), ("b", "NVIDIA A100-SXM4-40GB")]) == ["a"]  # a tie: the first
+    assert same_device_model([]) == []
+
+
+def test_the_accelerator_type_is_a_name_not_the_resource():
+    from pydantic import ValidationError
+
+    assert LatencyConfig(accelerator_type="A100").accelerator_type == "A100"
+    assert LatencyConfig().accelerator_type is None and LatencyConfig().all_seeds is False
+    for wrong in ("accelerator_type:A100", "", "A 100"):
+        with pytest.raises(ValidationError, match="accelerator_type"):
+            LatencyConfig(accelerator_type=wrong)
+
+
+def timing(node_id: str, p50: float, pid: int = 1) -> Measurement:
+    return Measurement(path="x", p50_ms=p50, p90_ms=p50 * 1.1, mean_ms=p50, throughput=1000 / p50, runs=10, warmup=1,
+                       batch_size=1, seq_length=8, device="cpu", device_name="Test CPU", threads=1, torch_version="2",
+                       num_params=1, hostname=f"host-{node_id}", node_id=node_id, pid=pid)
+
+
+def test_every_speedup_uses_the_teacher_of_its_own_node():
+    teachers = {"a": timing("a", 10.0), "b": timing("b", 20.0)}
+    students = {"s1": timing("a", 2.0), "s2": timing("b", 2.0), "s3": timing("c", 2.0)}  # c timed no teacher
+    rows = [results_table.trial_row(t, "kd", 0, {}, "finished", {"metric": 0.5}) for t in ("s1", "s2", "s3", "s4")]
+    frame = fill_latency(results_table.to_frame(rows), students, teachers).set_index("trial_id")
+    assert frame.loc["s1", "speedup"] == 5.0 and frame.loc["s2", "speedup"] == 10.0
+    assert pd.isna(frame.loc["s3", "speedup"]) and frame.loc["s3", "latency_ms"] == 2.0
+    assert pd.isna(frame.loc["s4", "latency_ms"]) and pd.isna(frame.loc["s4", "latency_device"])
+    # a table written before the device column existed gets it after speedup
+    old = results_table.to_frame(rows).drop(columns=["latency_device"])
+    filled = fill_latency(old, students, teachers)
+    assert list(filled.columns) == results_table.ordered_columns(list(filled.columns))
+    # the report's one teacher figure: the lower median of the nodes' timings
+    assert representative_teacher(teachers).node_id == "a"
+    assert representative_teacher({**teachers, "c": timing("c", 15.0)}).node_id == "c"
+    assert representative_teacher({}) is None

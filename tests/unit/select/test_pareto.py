@@ -202,3 +202,43 @@ def test_empty_and_all_failed_tables_select_nothing():
     chosen = select(table([trial("kd", 0, None, None, status="failed", alpha=0.5)]), SelectionConfig())
     assert chosen.champion is None and len(chosen.configs) == 0 and len(chosen.comparisons) == 0
     assert chosen.frame["pareto"].isna().all()
+
+
+def test_by_default_only_the_served_seed_is_timed_and_selection_works_on_it():
+    from pipeline.select.pareto import latency_plan, served_by, served_trials
+
+    # before timing: the seed each configuration would serve is known from the metric alone
+    untimed = table([
+        trial("kd", 0, 0.85, None, alpha=0.5), trial("kd", 1, 0.83, None, alpha=0.5),
+        trial("cofi", 0, 0.90, None, target_sparsity=0.9), trial("cofi", 1, 0.93, None, target_sparsity=0.9),
+        trial("finetune", 0, 0.70, None, num_layers=1), trial("finetune", 1, 0.72, None, num_layers=1),
+        trial("finetune", 2, None, None, status="failed", num_layers=1),
+        trial("finetune", 3, 0.20, None, status="stopped", num_layers=1),
+    ])
+    served = {"kd-alpha0.5-s0", "cofi-target_sparsity0.9-s1", "finetune-num_layers1-s1"}
+    assert set(served_trials(untimed).values()) == served and sorted(latency_plan(untimed, all_seeds=False)) == sorted(served)
+    assert served_by(untimed)["kd-alpha0.5-s1"] == "kd-alpha0.5-s0" and served_by(untimed)["kd-alpha0.5-s0"] == "kd-alpha0.5-s0"
+    assert "finetune-num_layers1-s3" not in served_by(untimed)  # a stopped trial is no candidate
+    # every seed on request: every finished trial (stopped and failed ones have no final export)
+    assert len(latency_plan(untimed, all_seeds=True)) == 6 and latency_plan(table([]), all_seeds=True) == []
+    # the registry serves the same seed (aggregate's best_trial_id)
+    assert set(aggregate(untimed)["best_trial_id"]) == served
+
+    # timed: only the served seeds have figures; the others stay empty (CoFi's seeds prune to
+    # different shapes, so the served seed's 9 ms says nothing about seed 0's model)
+    rows = []
+    for r in untimed.to_dict("records"):
+        timed = {"kd-alpha0.5-s0": 4.0, "cofi-target_sparsity0.9-s1": 9.0, "finetune-num_layers1-s1": 2.0}.get(r["trial_id"])
+        rows.append({**r, "latency_ms": timed, "speedup": 10.0 / timed if timed else None})
+    chosen = select(table(rows), SelectionConfig(max_latency_ms=5.0))
+    configs = by_config(chosen.configs)
+    cofi = configs["cofi target_sparsity=0.9"]
+    assert (cofi["n"], cofi["latency_n"], cofi["latency_ms"], cofi["best_latency_ms"]) == (2, 1, 9.0, 9.0)
+    assert configs["kd"]["latency_ms"] == 4.0 and configs["kd"]["best_speedup"] == 2.5
+    assert list(chosen.front["config"]) == ["finetune num_layers=1", "kd", "cofi target_sparsity=0.9"]
+    assert chosen.champion["config"] == "kd"  # within 5 ms on its served seed's own timing
+    # the Pareto mark belongs to the configuration: untimed seeds of a candidate get it too
+    marks = {t: (None if pd.isna(v) else bool(v)) for t, v in zip(chosen.frame["trial_id"], chosen.frame["pareto"])}
+    assert marks["kd-alpha0.5-s1"] is True and marks["cofi-target_sparsity0.9-s0"] is True
+    assert marks["finetune-num_layers1-s2"] is None and marks["finetune-num_layers1-s3"] is None
+    assert pd.isna(chosen.frame.set_index("trial_id").loc["kd-alpha0.5-s1", "latency_ms"])  # nothing copied

@@ -1,0 +1,262 @@
+"""The work location: a local folder, or a URI that every node reaches without sharing a disk.
+
+`--workdir runs` (a path) works as it always has: every stage reads and writes that folder, and
+on a cluster every node must mount it. `--workdir s3://bucket/prefix` (or `file://`, `gs://`,
+anything pyarrow or fsspec opens) needs no shared filesystem: the store is the one place of
+record, and each process works in its node's mirror of it, a cache folder
+(`$DRYDOCK_CACHE_DIR/work/<name>-<hash of the URI>`, default `~/.cache/drydock`), moving whole
+files and folders at the points where one stage hands work to the next:
+
+    what                                    written by (then pushed)        read by (pulled first)
+    cache/data-*, cache/tokenizer-*          the sweep (prepare)             Train workers
+    teachers/<key>, teachers/given-<digest>  the sweep or rank 0 (teacher)   Train workers, latency
+    <sweep>/runs/<id>/trials/<key>/          rank 0 of the trial             the trial's driver, the sweep
+    <sweep>/{state.json, results.parquet, report.*, pareto.*, latency.json}, <sweep>/runs/<id>/{spec.json,
+    report.*, pareto.*, latency.json}, mlflow.db
+                                             the sweep                       the sweep (resume, retrain)
+    Tune's and Train's state                 Ray itself: its storage_path is the URI
+
+Content-keyed folders (data, tokenizer, teacher, a finished trial's student) never change once
+written, so a mirror that has one is not fetched again; the few mutable files (an outcome, the
+run state) are fetched fresh. A folder counts in the store only once its push finished (a marker
+file written last), arrives in the mirror whole or not at all (fetched into a temporary sibling,
+then renamed), and a trial's outcome.json is pushed after everything it names.
+
+Light on purpose: the per-trial driver imports it (pyarrow.fs is already loaded by Ray Train).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlparse
+
+import pyarrow.fs as pafs
+
+from pipeline.errors import DrydockError
+
+CACHE_ENV = "DRYDOCK_CACHE_DIR"
+# Written last into every folder pushed: an object store shows a folder's first files while the
+# rest are still on their way, and a reader must not take those for the whole folder.
+COMPLETE = ".drydock-complete"
+
+
+def cache_root() -> Path:
+    """This node's cache folder: `$DRYDOCK_CACHE_DIR`, else `$XDG_CACHE_HOME/drydock`, else
+    `~/.cache/drydock`. Never the current folder: a scheduled job's cwd is not a cache."""
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV]).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "drydock"
+
+
+def is_uri(location: str | os.PathLike[str]) -> bool:
+    """`s3://…`, `file://…`: a scheme of two or more letters (a Windows drive letter is one)."""
+    scheme = urlparse(str(location)).scheme
+    return len(scheme) > 1
+
+
+@dataclass(frozen=True)
+class WorkStore:
+    """Where a sweep's work lives (`location`, as given), and this node's folder for it (`local`)."""
+
+    location: str
+    local: Path
+    remote: str | None = None  # the URI root, without a trailing slash; None: `local` is the place of record
+
+    @classmethod
+    def open(cls, location: str | os.PathLike[str]) -> WorkStore:
+        """The store at `location`; a URI's filesystem is resolved here, so a bad scheme or
+        bucket fails now, naming --workdir, before any work."""
+        text = str(location)
+        if not is_uri(text):
+            path = Path(text).expanduser().resolve()
+            return cls(str(path), path)
+        remote = text.rstrip("/")
+        _filesystem(remote)  # an unknown scheme or a missing driver fails here
+        digest = hashlib.sha256(remote.encode()).hexdigest()[:12]
+        name = Path(urlparse(remote).path).name or urlparse(remote).netloc or "work"
+        return cls(remote, cache_root() / "work" / f"{name}-{digest}", remote)
+
+    @property
+    def is_remote(self) -> bool:
+        return self.remote is not None
+
+    def uri(self, key: str) -> str:
+        """`key`'s address in the store: what another node opens (and Ray's storage_path takes)."""
+        return f"{self.remote}/{key}" if self.remote else str(self.local / key)
+
+    def path(self, key: str) -> Path:
+        """`key` in this node's folder (without fetching it)."""
+        return self.local / key
+
+    def key_of(self, ref: str | os.PathLike[str]) -> str | None:
+        """The store key a path or URI names, or None if it lies outside the store."""
+        text = str(ref)
+        if self.remote and text.startswith(self.remote + "/"):
+            return text[len(self.remote) + 1:]
+        path = Path(text)
+        if not path.is_absolute():
+            return path.as_posix()
+        try:
+            return path.resolve().relative_to(self.local).as_posix()
+        except ValueError:
+            return None
+
+    def check_writable(self) -> None:
+        """Write and remove a probe: credentials, bucket and endpoint are checked before any work."""
+        if not self.remote:
+            self.local.mkdir(parents=True, exist_ok=True)
+            return
+        probe = f".drydock-probe-{os.getpid()}-{time.time_ns()}"
+        try:
+            fs, base = _filesystem(self.remote)
+            fs.create_dir(base, recursive=True)
+            with fs.open_output_stream(f"{base}/{probe}") as out:
+                out.write(b"ok")
+            fs.delete_file(f"{base}/{probe}")
+        except Exception as e:  # noqa: BLE001 - any failure here is the location's, said plainly
+            reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise DrydockError(f"--workdir: cannot write to {self.remote}: {reason}") from None
+        self.local.mkdir(parents=True, exist_ok=True)
+
+    def exists(self, key: str) -> bool:
+        """A file of the store, or a folder whose push finished (its marker is there)."""
+        if not self.remote:
+            return self.path(key).exists()
+        return _kind(*_filesystem(self.remote), key) != pafs.FileType.NotFound
+
+    def delete(self, key: str) -> None:
+        """Remove `key` (a file or a folder) from the store and from this node's folder."""
+        local = self.path(key)
+        if local.is_dir():
+            shutil.rmtree(local, ignore_errors=True)
+        elif local.exists():
+            local.unlink()
+        if not self.remote:
+            return
+        fs, base = _filesystem(self.remote)
+        info = fs.get_file_info(f"{base}/{key}")
+        if info.type == pafs.FileType.Directory:
+            fs.delete_dir(f"{base}/{key}")
+        elif info.type == pafs.FileType.File:
+            fs.delete_file(f"{base}/{key}")
+
+    def fetch(self, key: str, *, fresh: bool = False) -> Path | None:
+        """`key` (a file or a folder) in this node's folder, fetched from the store unless the
+        mirror has it already (`fresh`: fetch anyway, for files that change); None when the store
+        has no such key. A local store returns its path when it exists."""
+        local = self.path(key)
+        if not self.remote:
+            return local if local.exists() else None
+        if local.exists() and not fresh:
+            return local
+        fs, base = _filesystem(self.remote)
+        if _kind(fs, base, key) == pafs.FileType.NotFound:  # absent, or a folder still being pushed
+            if fresh and local.is_file():
+                local.unlink()  # the store is the record: a stale copy must not speak for it
+            return None
+        local.parent.mkdir(parents=True, exist_ok=True)
+        scratch = local.with_name(f".{local.name}.fetch-{os.getpid()}-{time.time_ns()}")
+        try:
+            _copy(fs, f"{base}/{key}", pafs.LocalFileSystem(), str(scratch))
+            (scratch / COMPLETE).unlink(missing_ok=True) if scratch.is_dir() else None  # the store's mark only
+            if scratch.is_dir() and local.is_dir() and fresh:
+                shutil.rmtree(local)
+            try:
+                os.replace(scratch, local)
+            except OSError:  # another process of this node fetched it first: theirs is the same
+                if not local.exists():
+                    raise
+        finally:
+            if scratch.is_dir():
+                shutil.rmtree(scratch, ignore_errors=True)
+            elif scratch.exists():
+                scratch.unlink()
+        return local
+
+    def push(self, key: str) -> None:
+        """Copy `key` (a file or a folder of this node's folder) into the store."""
+        if not self.remote:
+            return
+        local = self.path(key)
+        if not local.exists():
+            raise FileNotFoundError(local)
+        fs, base = _filesystem(self.remote)
+        if local.is_dir():  # a pushed-again folder is incomplete until its new marker lands
+            _delete_marker(fs, f"{base}/{key}")
+        _copy(pafs.LocalFileSystem(), str(local), fs, f"{base}/{key}")
+        if local.is_dir():
+            with fs.open_output_stream(f"{base}/{key}/{COMPLETE}") as out:
+                out.write(b"complete")
+
+    def push_last(self, key: str, last: str) -> None:
+        """Push folder `key`, its `last` child after every other one: a reader that waits for
+        `last` (a trial's outcome.json) finds everything it names already there."""
+        if not self.remote:
+            return
+        folder = self.path(key)
+        for child in sorted(folder.iterdir()):
+            if child.name != last and not child.name.startswith("."):
+                self.push(f"{key}/{child.name}")
+        if (folder / last).exists():
+            self.push(f"{key}/{last}")
+
+    def localize(self, ref: str | os.PathLike[str], *, fresh: bool = False) -> Path:
+        """A student's or teacher's path as a results row or an outcome gives it (a URI of the
+        store, a key, or a path of this node) as a folder of this node, fetched when needed
+        (`fresh`: even if this node has a copy — a trial's export, which a retry elsewhere may
+        have replaced)."""
+        key = self.key_of(ref)
+        if key is None or not self.remote:
+            return Path(str(ref)) if key is None else self.path(key)
+        found = self.fetch(key, fresh=fresh)
+        return found if found is not None else self.path(key)
+
+
+def _kind(fs: pafs.FileSystem, base: str, key: str) -> pafs.FileType:
+    """File, Directory (only a folder whose push finished), or NotFound."""
+    kind = fs.get_file_info(f"{base}/{key}").type
+    if kind == pafs.FileType.Directory and fs.get_file_info(f"{base}/{key}/{COMPLETE}").type != pafs.FileType.File:
+        return pafs.FileType.NotFound
+    return kind
+
+
+def _delete_marker(fs: pafs.FileSystem, folder: str) -> None:
+    if fs.get_file_info(f"{folder}/{COMPLETE}").type == pafs.FileType.File:
+        fs.delete_file(f"{folder}/{COMPLETE}")
+
+
+def _copy(src_fs: pafs.FileSystem, src: str, dst_fs: pafs.FileSystem, dst: str) -> None:
+    """A file, or a folder's every file, from one filesystem to the other. File by file: an
+    object store has no folders to list (pyarrow's selector copy expects the local ones to exist)."""
+    if src_fs.get_file_info(src).type == pafs.FileType.File:
+        files = [(src, dst)]
+    else:
+        found = src_fs.get_file_info(pafs.FileSelector(src, recursive=True))
+        files = [(f.path, f"{dst}/{f.path[len(src) + 1:]}") for f in found if f.type == pafs.FileType.File]
+        dst_fs.create_dir(dst, recursive=True)
+    for source, target in files:
+        dst_fs.create_dir(target.rsplit("/", 1)[0], recursive=True)
+        pafs.copy_files(source, target, source_filesystem=src_fs, destination_filesystem=dst_fs)
+
+
+def _filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
+    """pyarrow's filesystem for the URI (it reads the standard AWS/GCS variables, e.g.
+    AWS_ENDPOINT_URL for an S3-compatible server), else fsspec's through pyarrow's handler."""
+    try:
+        fs, path = pafs.FileSystem.from_uri(uri)
+        return fs, path.rstrip("/")
+    except (ValueError, OSError) as arrow_error:  # pyarrow's ArrowInvalid is a ValueError
+        try:
+            import fsspec
+            from pyarrow.fs import FSSpecHandler, PyFileSystem
+
+            fs, _, paths = fsspec.get_fs_token_paths(uri)
+            return PyFileSystem(FSSpecHandler(fs)), paths[0].rstrip("/")
+        except Exception as e:  # noqa: BLE001
+            raise DrydockError(f"--workdir: cannot open {uri}: {str(arrow_error).strip() or e}") from None

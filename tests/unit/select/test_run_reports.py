@@ -1,0 +1,133 @@
+"""Every run of a sweep keeps its own report files (`<sweep>/runs/<run id>/`: report.md,
+report.html, pareto.png, pareto.csv, latency.json); the sweep's top level holds copies of the
+newest run's, so a new run no longer overwrites the previous run's report while keeping its table."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+
+from pipeline import results as results_table
+from pipeline.cli.outputs import COMMANDS, add_commands
+from pipeline.config import LatencyConfig, spec_from_dict, spec_to_dict
+from pipeline.select.latency import LatencyRecord, Measurement, save_record
+from pipeline.select.report import rebuild_report
+
+NAMES = ("report.md", "report.html", "pareto.png", "pareto.csv")
+SETTINGS = LatencyConfig(batch_size=8, seq_length=32)
+SPEC = spec_from_dict({
+    "name": "demo", "task": {"name": "sst2", "source": "synthetic"},
+    "teacher": {"model": "random", "architecture": {"num_layers": 2}, "tokenizer": {"vocab_size": 100}},
+    "selection": {"latency": SETTINGS.model_dump()},
+})
+
+
+def measurement(path: str, p50: float) -> Measurement:
+    return Measurement(path=path, p50_ms=p50, p90_ms=p50 * 1.1, mean_ms=p50, throughput=8000 / p50, runs=20, warmup=3,
+                       batch_size=8, seq_length=32, device="cpu", device_name="Test CPU", threads=1,
+                       torch_version="2.0", num_params=50_000, hostname="box")
+
+
+def rows(metric: float, latency: float | None) -> list[dict]:
+    out = []
+    for seed in (0, 1):
+        row = results_table.trial_row(f"finetune-s{seed}", "finetune", seed, {"num_layers": 1}, "finished",
+                                      {"metric": metric + 0.01 * seed, "metric_name": "accuracy", "teacher_metric": 0.9,
+                                       "num_params": 50_000, "student_path": f"/nowhere/finetune-s{seed}/student"})
+        if latency is not None:
+            row.update(latency_ms=latency, latency_p90_ms=latency * 1.1, speedup=10.0 / latency)
+        out.append(row)
+    return out
+
+
+def start_run(sweep_dir: Path, run_id: str, metric: float, teacher_p50: float) -> None:
+    """What the sweep leaves before its select stage: the previous run's table moved into that
+    run's folder (`pipeline.search.state.start_run`), this run's state, spec and table."""
+    state = sweep_dir / "state.json"
+    if state.is_file():
+        previous = json.loads(state.read_text())["run_id"]
+        os.replace(sweep_dir / results_table.RESULTS_FILE, sweep_dir / "runs" / previous / results_table.RESULTS_FILE)
+    (sweep_dir / "runs" / run_id).mkdir(parents=True)
+    state.write_text(json.dumps({"run_id": run_id}))
+    (sweep_dir / "runs" / run_id / "spec.json").write_text(json.dumps(spec_to_dict(SPEC)))
+    results_table.write(sweep_dir / results_table.RESULTS_FILE, results_table.to_frame(rows(metric, 2.0)))
+    save_record(sweep_dir / "runs" / run_id, LatencyRecord(settings=SETTINGS, teacher=measurement("teacher", teacher_p50),
+                                                           teacher_name="tiny-teacher"))
+
+
+def test_drydock_report_keeps_each_runs_report_and_points_the_top_level_at_the_newest(tmp_path):
+    sweep_dir = tmp_path / "demo"
+    start_run(sweep_dir, "r1", metric=0.61, teacher_p50=10.0)
+    rebuild_report(sweep_dir)
+    first = {name: (sweep_dir / "runs" / "r1" / name).read_bytes() for name in NAMES}
+    assert "0.6150 ± 0.0071 (n=2)" in first["report.md"].decode() and "latency 10.00 ms" in first["report.md"].decode()
+
+    start_run(sweep_dir, "r2", metric=0.71, teacher_p50=20.0)
+    files = rebuild_report(sweep_dir)
+    assert files.markdown == sweep_dir / "report.md"  # where readers have always found it
+    for name in NAMES:  # the first run's report is its own still
+        assert (sweep_dir / "runs" / "r1" / name).read_bytes() == first[name], name
+        assert (sweep_dir / name).read_bytes() == (sweep_dir / "runs" / "r2" / name).read_bytes(), name
+    newest = (sweep_dir / "report.md").read_text()
+    assert "0.7150 ± 0.0071 (n=2)" in newest and "latency 20.00 ms" in newest  # r2's latency.json, not another's
+
+    # an older run's report is rebuilt in its own folder, from its own table, spec and latency.json
+    (sweep_dir / "runs" / "r1" / "report.md").unlink()
+    rebuild_report(sweep_dir / "runs" / "r1")
+    assert (sweep_dir / "runs" / "r1" / "report.md").read_bytes() == first["report.md"]
+    assert (sweep_dir / "report.md").read_text() == newest
+
+
+def test_the_cli_says_where_the_runs_own_copy_is(tmp_path, capsys):
+    sweep_dir = tmp_path / "demo"
+    start_run(sweep_dir, "r1", metric=0.61, teacher_p50=10.0)
+    parser = argparse.ArgumentParser(prog="drydock")
+    add_commands(parser.add_subparsers(dest="command", required=True))
+    assert COMMANDS["report"](parser.parse_args(["report", str(sweep_dir)])) == 0
+    printed = capsys.readouterr().out
+    assert str(sweep_dir / "report.md") in printed and str(sweep_dir / "runs" / "r1") in printed
+
+
+class FakeTracker:
+    uri = "sqlite:///nowhere.db"
+    experiment_id = "0"
+    parent_id = None
+
+    def __init__(self) -> None:
+        self.artifacts: list[Path] = []
+
+    def log_parent_artifact(self, path, artifact_path=None) -> None:
+        self.artifacts.append(Path(path))
+
+    def log_parent(self, **kw) -> None:
+        pass
+
+    def log_metrics(self, *a, **kw) -> None:
+        pass
+
+    def set_tags(self, *a, **kw) -> None:
+        pass
+
+
+def test_the_select_stage_writes_into_the_runs_folder_and_copies_to_the_top_level(tmp_path):
+    from pipeline.select.stage import select_stage
+
+    sweep_dir = tmp_path / "demo"
+    start_run(sweep_dir, "r1", metric=0.61, teacher_p50=10.0)
+    rebuild_report(sweep_dir)
+    before = {name: (sweep_dir / "runs" / "r1" / name).read_bytes() for name in (*NAMES, "latency.json")}
+    start_run(sweep_dir, "r2", metric=0.71, teacher_p50=20.0)
+    (sweep_dir / "runs" / "r2" / "latency.json").unlink()  # the select stage writes it
+    tracker, messages = FakeTracker(), []
+    select_stage(SPEC, tmp_path, sweep_dir, tracker, None, messages.append)  # no student folder: nothing timed
+
+    run_dir = sweep_dir / "runs" / "r2"
+    for name in (*NAMES, "latency.json"):
+        assert (run_dir / name).is_file(), name
+        assert (sweep_dir / name).read_bytes() == (run_dir / name).read_bytes(), name
+        assert (sweep_dir / "runs" / "r1" / name).read_bytes() == before[name], name
+    assert "0.7150" in (sweep_dir / "report.md").read_text()
+    assert {p.parent for p in tracker.artifacts if p.name != results_table.RESULTS_FILE} == {run_dir}
+    assert not [p for p in sweep_dir.iterdir() if p.name.startswith(".")]  # no temporary copy left

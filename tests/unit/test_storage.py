@@ -1,0 +1,116 @@
+"""The work location (`pipeline.storage`): a folder works as before; a URI (file://, s3:// on a
+local S3-compatible server) is the place of record and each node works in its own mirror."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow.fs as pafs
+import pytest
+
+from pipeline.errors import DrydockError
+from pipeline.storage import WorkStore
+
+
+def _tree(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_a_folder_is_its_own_place_of_record(tmp_path):
+    store = WorkStore.open(tmp_path / "runs")
+    assert not store.is_remote and store.local == (tmp_path / "runs").resolve()
+    store.check_writable()
+    assert store.fetch("cache/x") is None  # nothing there, nothing fetched
+    (store.local / "cache" / "x").mkdir(parents=True)
+    assert store.fetch("cache/x") == store.local / "cache" / "x"
+    store.push("cache/x")  # a no-op: there is nowhere else
+    # a student's path as an outcome gives it today (absolute) is this node's path
+    assert store.localize(str(store.local / "a" / "student")) == store.local / "a" / "student"
+    assert store.uri("a/student") == str(store.local / "a" / "student")
+
+
+def test_a_file_uri_is_mirrored_per_node_and_read_back_whole(tmp_path, monkeypatch):
+    root = tmp_path / "bucket"
+    monkeypatch.setenv("DRYDOCK_CACHE_DIR", str(tmp_path / "node-a"))
+    a = WorkStore.open(root.as_uri())
+    monkeypatch.setenv("DRYDOCK_CACHE_DIR", str(tmp_path / "node-b"))
+    b = WorkStore.open(root.as_uri() + "/")  # the same location, however it is written
+    assert a.remote == b.remote == root.as_uri()
+    assert a.local.parent == tmp_path / "node-a" / "work" and b.local.parent == tmp_path / "node-b" / "work"
+    assert a.local.name == b.local.name and a.local.name.startswith("bucket-")
+    a.check_writable()
+    assert [p.name for p in root.iterdir()] == []  # the probe is removed
+
+    student = a.path("s/runs/r/trials/t1/student")
+    student.mkdir(parents=True)
+    (student / "config.json").write_text('{"a": 1}')
+    (student / "sub").mkdir()
+    (student / "sub" / "w.bin").write_bytes(b"\x00\x01" * 1000)
+    (a.path("s/runs/r/trials/t1") / "outcome.json").write_text(json.dumps({"status": "finished"}))
+    a.push_last("s/runs/r/trials/t1", "outcome.json")
+    assert {k: v for k, v in _tree(root / "s/runs/r/trials/t1").items() if not k.endswith(".drydock-complete")} == \
+        _tree(a.path("s/runs/r/trials/t1"))
+
+    # node B reads it through the store, never through A's folder
+    got = b.localize(a.uri("s/runs/r/trials/t1/student"))
+    assert got == b.path("s/runs/r/trials/t1/student") and _tree(got) == _tree(student)
+    assert not any(p.name.startswith(".") for p in got.parent.iterdir())  # no scratch folder left
+    assert b.exists("s/runs/r/trials/t1/outcome.json") and not b.exists("s/runs/r/trials/t2")
+    assert b.fetch("s/runs/r/trials/t2/outcome.json", fresh=True) is None
+
+    # the store's completion mark stays in the store
+    assert ".drydock-complete" in _tree(root / "s/runs/r/trials/t1/student") and ".drydock-complete" not in _tree(got)
+    # an immutable folder is not fetched again; a mutable file fetched `fresh` is
+    (root / "s/runs/r/trials/t1/student/config.json").write_text('{"a": 2}')
+    assert (b.fetch("s/runs/r/trials/t1/student") / "config.json").read_text() == '{"a": 1}'
+    (root / "s/runs/r/trials/t1/outcome.json").write_text('{"status": "failed"}')
+    assert b.fetch("s/runs/r/trials/t1/outcome.json", fresh=True).read_text() == '{"status": "failed"}'
+    # a file the store no longer has is not kept as if it were current
+    (root / "s/runs/r/trials/t1/outcome.json").unlink()
+    assert b.fetch("s/runs/r/trials/t1/outcome.json", fresh=True) is None
+    assert not b.path("s/runs/r/trials/t1/outcome.json").exists()
+
+
+def test_an_s3_uri_round_trips_through_a_local_s3_server(s3, tmp_path):
+    store = WorkStore.open(f"{s3}/team/sweeps")
+    store.check_writable()
+    folder = store.path("cache/data-abc")
+    folder.mkdir(parents=True)
+    (folder / "train.arrow").write_bytes(b"rows" * 100)
+    store.push("cache/data-abc")
+    fs, _ = pafs.FileSystem.from_uri(s3)
+    listed = [i.path for i in fs.get_file_info(pafs.FileSelector("drydock-test/team/sweeps", recursive=True)) if i.is_file]
+    assert listed == ["drydock-test/team/sweeps/cache/data-abc/.drydock-complete", "drydock-test/team/sweeps/cache/data-abc/train.arrow"]
+    elsewhere = WorkStore(store.location, tmp_path / "other-node", store.remote)
+    assert _tree(elsewhere.fetch("cache/data-abc")) == {"train.arrow": b"rows" * 100}
+
+
+def test_a_location_that_cannot_be_used_fails_naming_workdir(s3):
+    with pytest.raises(DrydockError, match=r"--workdir: cannot write to s3://no-such-bucket"):
+        WorkStore.open("s3://no-such-bucket/x").check_writable()
+    with pytest.raises(DrydockError, match=r"--workdir: cannot open nosuchscheme://x"):
+        WorkStore.open("nosuchscheme://x/y")
+
+
+def test_a_folder_whose_push_did_not_finish_is_not_there(tmp_path, monkeypatch):
+    """A push cut short (a killed driver, a lost node) leaves the first files of a folder in the
+    store: no reader may take them for the whole folder, and a later push completes it."""
+    monkeypatch.setenv("DRYDOCK_CACHE_DIR", str(tmp_path / "node"))
+    root = tmp_path / "bucket"
+    store = WorkStore.open(root.as_uri())
+    (root / "teachers" / "k").mkdir(parents=True)
+    (root / "teachers" / "k" / "config.json").write_text("{}")  # what a cut-short push left
+    assert not store.exists("teachers/k") and store.fetch("teachers/k") is None
+    assert not store.path("teachers/k").exists()
+    teacher = store.path("teachers/k")
+    teacher.mkdir(parents=True)
+    (teacher / "config.json").write_text("{}")
+    (teacher / "model.safetensors").write_bytes(b"w" * 10)
+    store.push("teachers/k")
+    assert store.exists("teachers/k")
+    other = WorkStore(store.location, tmp_path / "other", store.remote)
+    assert _tree(other.fetch("teachers/k")) == {"config.json": b"{}", "model.safetensors": b"w" * 10}
+    store.delete("teachers/k")
+    assert not store.exists("teachers/k") and not (root / "teachers" / "k").exists() and not teacher.exists()
+
