@@ -164,9 +164,10 @@ class WorkStore:
         scratch = local.with_name(f".{local.name}.fetch-{os.getpid()}-{time.time_ns()}")
         try:
             _copy(fs, f"{base}/{key}", pafs.LocalFileSystem(), str(scratch))
-            (scratch / COMPLETE).unlink(missing_ok=True) if scratch.is_dir() else None  # the store's mark only
-            if scratch.is_dir() and local.is_dir() and fresh:
-                shutil.rmtree(local)
+            if scratch.is_dir():
+                (scratch / COMPLETE).unlink(missing_ok=True)  # the store's mark, not part of the folder
+                if local.is_dir() and fresh:
+                    shutil.rmtree(local)
             try:
                 os.replace(scratch, local)
             except OSError:  # another process of this node fetched it first: theirs is the same

@@ -67,7 +67,8 @@ def run_sweep(spec: SweepSpec, workdir: str | Path, *, resume: bool = False, add
     prepared = prepare(spec, local)
     folders = prepared.folders(local / "cache")
     for name in folders.values():
-        store.push(f"cache/{name}")
+        if not store.exists(f"cache/{name}"):  # content-keyed: one upload per location, not per sweep
+            store.push(f"cache/{name}")
     log(f"prepare: {prepared.data.num_train} training examples, fingerprint {prepared.data.fingerprint} ({time.time() - t0:.1f}s)")
 
     init_ray(address or spec.resources.address, spec.resources.use_gpu)

@@ -169,7 +169,10 @@ def push_run_files(run: SweepRun) -> None:
     if store is None or not store.is_remote:
         return
     sweep_key = store.key_of(run.paths.sweep_dir)
-    written = lambda p: not p.name.startswith(".") and p.stat().st_mtime >= run.opened_at - 1  # noqa: E731 - by this run
+
+    def written(p: Path) -> bool:  # by this run (a second of slack for the filesystem's clock)
+        return not p.name.startswith(".") and p.stat().st_mtime >= run.opened_at - 1
+
     for child in sorted(run.paths.sweep_dir.iterdir()):
         if child.name != "runs" and written(child) and (child.is_file() or any(f.is_file() for f in child.rglob("*"))):
             store.push(f"{sweep_key}/{child.name}")
