@@ -18,8 +18,9 @@ import ray
 from pipeline.config import spec_from_dict
 from pipeline.errors import DrydockError
 from pipeline.search.ray_instance import check_gpu_workers
+# address="local": a new instance, never a Ray cluster another test (a second pytest worker) runs on this machine
 
-ray.init(num_cpus=1, num_gpus=1, include_dashboard=False, object_store_memory=96 * 2**20, log_to_driver=False)
+ray.init(address="local", num_cpus=1, num_gpus=1, include_dashboard=False, object_store_memory=96 * 2**20, log_to_driver=False)
 base = {"name": "t", "task": {"name": "synthetic", "source": "synthetic"},
         "teacher": {"model": "random", "architecture": {"num_layers": 2}, "tokenizer": {"vocab_size": 50}}}
 check_gpu_workers(spec_from_dict({**base, "resources": {"use_gpu": False}}))  # nothing to check
@@ -45,7 +46,7 @@ from ray.util.placement_group import placement_group, remove_placement_group
 from pipeline.config import spec_from_dict
 from pipeline.search import ray_instance
 
-ray.init(num_cpus=1, num_gpus=1, include_dashboard=False, object_store_memory=96 * 2**20, log_to_driver=False)
+ray.init(address="local", num_cpus=1, num_gpus=1, include_dashboard=False, object_store_memory=96 * 2**20, log_to_driver=False)
 gpu_taken = placement_group([{"GPU": 1}])  # the cluster's only GPU is in use: the probe waits for it
 ray.get(gpu_taken.ready())
 waited_on = []  # the refs check_gpu_workers waits on: the first is its probe's
