@@ -37,6 +37,7 @@ demo: setup
 
 lint: setup
 	$(BIN)/ruff check pipeline methods tests benchmarks
+	$(BIN)/mypy  # pipeline/ and methods/, configured in pyproject.toml [tool.mypy]
 
 clean:
-	rm -rf $(VENV) .pytest_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache

@@ -13,8 +13,8 @@ head helper handles both shapes).
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -22,20 +22,22 @@ from transformers import BertForSequenceClassification, PreTrainedModel
 from transformers.masking_utils import create_bidirectional_mask
 
 
-def backbone(model: PreTrainedModel) -> nn.Module:
-    """The encoder model inside a task model (`model.bert` for BERT)."""
+def backbone(model: PreTrainedModel) -> Any:
+    """The encoder model inside a task model (`model.bert` for BERT). Typed Any: its submodules
+    (`embeddings`, `encoder.layer`, `pooler`) are looked up by name, which nn.Module types as
+    `Tensor | Module`."""
     return model.base_model
 
 
 def encoder_layers(model: PreTrainedModel) -> nn.ModuleList:
-    return backbone(model).encoder.layer
+    return cast(nn.ModuleList, backbone(model).encoder.layer)
 
 
 def num_layers(model: PreTrainedModel) -> int:
     return len(encoder_layers(model))
 
 
-def embed(model: PreTrainedModel, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, Any]:
+def embed(model: PreTrainedModel, batch: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, Any]:
     """Embeddings output and the attention mask in the form the layers expect."""
     base = backbone(model)
     hidden = base.embeddings(input_ids=batch["input_ids"], token_type_ids=batch.get("token_type_ids"))
@@ -47,7 +49,7 @@ def layer_mask(model: PreTrainedModel, attention_mask: torch.Tensor | None, hidd
     return create_bidirectional_mask(config=model.config, inputs_embeds=hidden, attention_mask=attention_mask)
 
 
-def run_layers(layers: Sequence[nn.Module], hidden: torch.Tensor, mask: Any) -> torch.Tensor:
+def run_layers(layers: Iterable[nn.Module], hidden: torch.Tensor, mask: Any) -> torch.Tensor:
     for layer in layers:
         hidden = layer(hidden, mask)
     return hidden
@@ -57,13 +59,15 @@ def classify(model: PreTrainedModel, last_hidden: torch.Tensor) -> torch.Tensor:
     """Pooler (when the model has one) + dropout + classifier: the task head on the last layer."""
     base = backbone(model)
     pooler = getattr(base, "pooler", None)
+    # looked up by name: nn.Module types a submodule attribute as `Tensor | Module`
+    classifier = cast(nn.Module, model.classifier)
     if isinstance(model, BertForSequenceClassification) or hasattr(model, "dropout"):
         pooled = pooler(last_hidden) if pooler is not None else last_hidden[:, 0]
-        return model.classifier(model.dropout(pooled))
-    return model.classifier(last_hidden)  # RoBERTa-style heads take the sequence
+        return classifier(cast(nn.Module, model.dropout)(pooled))
+    return classifier(last_hidden)  # RoBERTa-style heads take the sequence
 
 
-def forward_hidden_states(model: PreTrainedModel, batch: dict[str, torch.Tensor]) -> tuple[list[torch.Tensor], torch.Tensor]:
+def forward_hidden_states(model: PreTrainedModel, batch: Mapping[str, torch.Tensor]) -> tuple[list[torch.Tensor], torch.Tensor]:
     """All hidden states (embeddings output first, then each layer's) and the logits."""
     hidden, mask = embed(model, batch)
     states = [hidden]
@@ -99,7 +103,8 @@ def student_from_layers(teacher: PreTrainedModel, layers: Sequence[int]) -> PreT
     for new_index, layer in enumerate(kept):  # keep cache/attention layer indices consistent
         for module in layer.modules():
             if hasattr(module, "layer_idx"):
-                module.layer_idx = new_index
+                # a plain int attribute; nn.Module.__setattr__ is typed for tensors and modules only
+                module.layer_idx = new_index  # type: ignore[assignment]
     for p in student.parameters():
         p.requires_grad_(True)
     return student

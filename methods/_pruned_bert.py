@@ -57,7 +57,9 @@ class PrunedBertConfig(PretrainedConfig):
         pad_token_id: int = 0,
         **kwargs,
     ):
-        super().__init__(pad_token_id=pad_token_id, **kwargs)
+        # PretrainedConfig's __init__ takes keywords beyond its dataclass fields (its wrap_init_to_accept_kwargs);
+        # mypy sees only the dataclass fields, and pad_token_id is no longer one of them
+        super().__init__(pad_token_id=pad_token_id, **kwargs)  # type: ignore[call-arg]
         self.vocab_size = vocab_size
         self.hidden_size = hidden_size
         self.pooler_size = pooler_size
@@ -80,7 +82,8 @@ class PrunedBertConfig(PretrainedConfig):
 class PrunedBertEmbeddings(nn.Module):
     def __init__(self, config: PrunedBertConfig):
         super().__init__()
-        self.word_embeddings = nn.Embedding(config.vocab_size, config.hidden_size, padding_idx=config.pad_token_id)
+        # any module after set_input_embeddings
+        self.word_embeddings: nn.Module = nn.Embedding(config.vocab_size, config.hidden_size, padding_idx=config.pad_token_id)
         self.position_embeddings = nn.Embedding(config.max_position_embeddings, config.hidden_size)
         self.token_type_embeddings = nn.Embedding(config.type_vocab_size, config.hidden_size)
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
@@ -177,6 +180,7 @@ class PrunedBertLayer(nn.Module):
         if self.attention is not None:
             hidden = self.attention(hidden, attention_mask)
         if self.intermediate is not None:
+            assert self.output is not None  # built together with intermediate
             hidden = self.output(self.intermediate(hidden), hidden)
         return hidden
 
@@ -224,6 +228,7 @@ class PrunedBertForSequenceClassification(PreTrainedModel):
         self.bert = PrunedBertModel(config)
         dropout = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
         self.dropout = nn.Dropout(dropout)
+        assert config.num_labels is not None  # set with the label maps by PretrainedConfig's __post_init__
         self.classifier = nn.Linear(config.pooler_size, config.num_labels)
         self.post_init()
 

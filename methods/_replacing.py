@@ -22,8 +22,8 @@ Theseus code (the whole model is in train mode there).
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable, Sequence
-from typing import Any, Literal
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Literal, cast
 
 import torch
 from pydantic import Field, PositiveInt, model_validator
@@ -135,14 +135,15 @@ class ReplacingModel(nn.Module):
     def num_modules(self) -> int:
         return len(self.groups)
 
-    def embed(self, inputs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, Any]:
+    def embed(self, inputs: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, Any]:
         return embed(self.student, inputs)
 
     def run_successor(self, index: int, hidden: torch.Tensor, mask: Any) -> torch.Tensor:
         return self.successors[index](hidden, mask)
 
     def run_predecessor(self, index: int, hidden: torch.Tensor, mask: Any) -> torch.Tensor:
-        return run_layers(self.predecessors[index], hidden, mask)
+        group = cast(nn.ModuleList, self.predecessors[index])  # ModuleList indexing is typed as a plain Module
+        return run_layers(group, hidden, mask)
 
     def classify(self, last_hidden: torch.Tensor) -> torch.Tensor:
         return classify(self.student, last_hidden)
@@ -160,7 +161,8 @@ class ReplacingModel(nn.Module):
         choice = [True] * self.num_modules if use_successor is None else list(use_successor)
         if len(choice) != self.num_modules:
             raise ValueError(f"use_successor has {len(choice)} entries for {self.num_modules} modules")
-        hidden, mask = self.embed({"input_ids": input_ids, "attention_mask": attention_mask, "token_type_ids": token_type_ids})
+        given = {"input_ids": input_ids, "attention_mask": attention_mask, "token_type_ids": token_type_ids}
+        hidden, mask = self.embed({k: v for k, v in given.items() if v is not None})  # embed reads a missing key as None
         for index, successor in enumerate(choice):
             run = self.run_successor if successor else self.run_predecessor
             hidden = run(index, hidden, mask)
@@ -266,5 +268,5 @@ class ModuleReplacingMethod(Method):
         """Only the student: the predecessors are frozen copies `build` recreates."""
         return {"student": {k: v.detach().clone() for k, v in self.model.student.state_dict().items()}}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.model.student.load_state_dict(state["student"])

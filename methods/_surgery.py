@@ -40,6 +40,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from transformers import BertConfig, BertForSequenceClassification, PreTrainedModel
+from transformers.models.bert.modeling_bert import BertAttention, BertLayer
 
 from methods._l0 import StructureMasks
 from methods._pruned_bert import (
@@ -93,7 +94,7 @@ def active_layers(masks: StructureMasks) -> torch.Tensor:
 
 
 def _masked_attention(
-    attention: nn.Module,
+    attention: BertAttention,
     hidden: torch.Tensor,
     key_mask: torch.Tensor | None,
     head_mask: torch.Tensor,
@@ -118,7 +119,7 @@ def _masked_attention(
 
 
 def _masked_feed_forward(
-    layer: nn.Module,
+    layer: BertLayer,
     hidden: torch.Tensor,
     intermediate_mask: torch.Tensor,
     gate: torch.Tensor,
@@ -158,6 +159,7 @@ def masked_forward(
             layer, hidden, masks.intermediate[index], feed_forward_gates[index], hidden_mask, keep
         )
         states.append(hidden)
+    assert base.pooler is not None  # BertForSequenceClassification builds its BertModel with the pooler
     logits = model.classifier(model.dropout(base.pooler(hidden)))
     return states, logits
 
@@ -198,6 +200,8 @@ def pruned_config(
     source: BertConfig, hidden_size: int, layer_heads: list[int], layer_intermediate: list[int]
 ) -> PrunedBertConfig:
     """The exported architecture: the source's settings with per-layer widths."""
+    # PretrainedConfig's __post_init__ always sets the label maps (two labels by default)
+    assert source.id2label is not None and source.label2id is not None
     return PrunedBertConfig(
         vocab_size=source.vocab_size,
         hidden_size=hidden_size,
@@ -221,7 +225,8 @@ def pruned_config(
 
 
 def _copy_linear(target: nn.Linear, source: nn.Linear, rows: torch.Tensor | None, columns: torch.Tensor | None) -> None:
-    weight, bias = source.weight, source.bias
+    weight: torch.Tensor = source.weight
+    bias: torch.Tensor = source.bias
     if rows is not None:
         weight, bias = weight[rows], bias[rows]
     if columns is not None:
@@ -246,7 +251,8 @@ def prune(model: BertForSequenceClassification, masks: StructureMasks) -> Pruned
         source_config, len(kept.hidden), [len(h) for h in kept.heads], [len(i) for i in kept.intermediate]
     )
     device = model.classifier.weight.device
-    pruned = PrunedBertForSequenceClassification(config).to(device=device, dtype=model.classifier.weight.dtype)
+    # transformers declares PreTrainedModel.to with functools.wraps(nn.Module.to): mypy sees the unbound signature
+    pruned = PrunedBertForSequenceClassification(config).to(device=device, dtype=model.classifier.weight.dtype)  # type: ignore[call-arg]
     hidden = torch.tensor(kept.hidden, dtype=torch.long, device=device)
 
     source, target = model.bert.embeddings, pruned.bert.embeddings
@@ -268,6 +274,7 @@ def prune(model: BertForSequenceClassification, masks: StructureMasks) -> Pruned
             _copy_linear(target_layer.output.dense, source_layer.output.dense, hidden, columns)
             _copy_layer_norm(target_layer.output.LayerNorm, source_layer.output.LayerNorm, hidden)
 
+    assert pruned.bert.pooler is not None and model.bert.pooler is not None  # both built with the pooler
     _copy_linear(pruned.bert.pooler.dense, model.bert.pooler.dense, None, hidden)
     _copy_linear(pruned.classifier, model.classifier, None, None)
     return pruned
@@ -286,7 +293,9 @@ def pruned_parameter_count(config: BertConfig, masks: StructureMasks) -> int:
         if dims:
             count += (hidden * len(dims) + len(dims)) + (len(dims) * hidden + hidden) + 2 * hidden
     count += hidden * config.hidden_size + config.hidden_size  # pooler: pruned input, full output
-    count += config.hidden_size * config.num_labels + config.num_labels
+    labels = config.num_labels
+    assert labels is not None  # set with the label maps by PretrainedConfig's __post_init__
+    count += config.hidden_size * labels + labels
     return count
 
 

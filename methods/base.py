@@ -76,7 +76,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, TypeVar
 
 import torch
 from pydantic import BaseModel, ConfigDict
@@ -250,7 +250,7 @@ class Method(ABC):
         """The learning rate these parameters set for the trial (it becomes `ctx.learning_rate`),
         or None for the spec's `train.learning_rate`. By default the `learning_rate` field of the
         Params model, when it defines one: the one parameter name the pipeline reads."""
-        return params.learning_rate if "learning_rate" in cls.Params.model_fields else None
+        return getattr(params, "learning_rate", None) if "learning_rate" in cls.Params.model_fields else None
 
     def unlabeled(self) -> UnlabeledRequest | None:
         """Unlabeled text this configuration needs; None for most methods."""
@@ -345,7 +345,8 @@ def decay_groups(
 ) -> list[ParamGroup]:
     """Two groups, `<name>` with weight decay and `<name>.no_decay` (biases, LayerNorm) without:
     the BERT fine-tuning convention, so every method trains comparable parameters alike."""
-    decay, no_decay = [], []
+    decay: list[nn.Parameter] = []
+    no_decay: list[nn.Parameter] = []
     for pname, p in named_params:
         (no_decay if any(pname.endswith(n) for n in _NO_DECAY) else decay).append(p)
     groups = [ParamGroup(name, decay, lr, weight_decay, schedule=schedule)]
@@ -354,7 +355,10 @@ def decay_groups(
     return groups
 
 
-def freeze(module: nn.Module) -> nn.Module:
+ModuleT = TypeVar("ModuleT", bound=nn.Module)
+
+
+def freeze(module: ModuleT) -> ModuleT:
     for p in module.parameters():
         p.requires_grad_(False)
     return module

@@ -70,13 +70,13 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import torch
 import torch.nn.functional as F
 from pydantic import Field, model_validator
 from torch import nn
-from transformers import PreTrainedModel
+from transformers import BertConfig, BertForSequenceClassification, PreTrainedModel
 
 from methods._bert import forward_hidden_states
 from methods._l0 import (
@@ -91,7 +91,7 @@ from methods._l0 import (
     target_sparsity_at,
 )
 from methods._losses import kd_loss, task_loss
-from methods._pruned_bert import PrunedBertForSequenceClassification
+from methods._pruned_bert import PrunedBertConfig, PrunedBertForSequenceClassification
 from methods._surgery import (
     active_layers,
     check_supported,
@@ -224,7 +224,8 @@ def layer_distillation_loss(
             [torch.stack([F.mse_loss(s.float(), t.float()) for s in mapped]) for t in teacher_states]
         )
     matches = match_layers(distances, available, ordered)
-    return sum(F.mse_loss(mapped[s].float(), t.float()) for s, t in zip(matches, teacher_states))
+    losses = [F.mse_loss(mapped[s].float(), t.float()) for s, t in zip(matches, teacher_states)]
+    return sum(losses[1:], losses[0])  # never empty: torch.stack above refuses no teacher layers
 
 
 # ----------------------------------------------------------------------------------------------
@@ -264,8 +265,12 @@ class DeterministicMaskedModel(nn.Module):
         token_type_ids: torch.Tensor | None = None,
         **_: Any,
     ) -> torch.Tensor:
-        batch = {"input_ids": input_ids, "attention_mask": attention_mask, "token_type_ids": token_type_ids}
-        return masked_forward(self.model.student, batch, self.model.masks.deterministic())[1]
+        given = {"input_ids": input_ids, "attention_mask": attention_mask, "token_type_ids": token_type_ids}
+        batch = {k: v for k, v in given.items() if v is not None}  # masked_forward reads a missing key as None
+        assert self.model.masks is not None  # scored only before the surgery
+        # the student is a BertForSequenceClassification until the surgery (CoFi.build checks the teacher)
+        student = cast(BertForSequenceClassification, self.model.student)
+        return masked_forward(student, batch, self.model.masks.deterministic())[1]
 
 
 def identity_linear(size: int) -> nn.Linear:
@@ -309,6 +314,25 @@ class CoFi(Method):
     def pruned(self) -> bool:
         return isinstance(self.model.student, PrunedBertForSequenceClassification)
 
+    def _masks(self) -> HardConcreteMasks:
+        """The masks' log α: they exist until the surgery (`pruned`)."""
+        assert self.model.masks is not None, "cofi's masks are gone after the pruning surgery"
+        return self.model.masks
+
+    def _lagrangian(self) -> LagrangeMultipliers:
+        """The Lagrange multipliers: they exist until the surgery (`pruned`)."""
+        assert self.model.lagrangian is not None, "cofi's multipliers are gone after the pruning surgery"
+        return self.model.lagrangian
+
+    def _bert_student(self) -> BertForSequenceClassification:
+        """The student before the surgery: a copy of the teacher, which cofi supports only as a
+        BertForSequenceClassification (`build` runs `_surgery.check_supported`)."""
+        return cast(BertForSequenceClassification, self.model.student)
+
+    def _bert_teacher_config(self) -> BertConfig:
+        """The teacher's config: a BertConfig, as cofi supports BERT teachers only (`_bert_student`)."""
+        return cast(BertConfig, self._teacher.config)
+
     def _head_size(self) -> int:
         config = self._teacher.config
         return config.hidden_size // config.num_attention_heads
@@ -349,7 +373,7 @@ class CoFi(Method):
             parts = self._masked_model()
         else:
             config = pruned_config(
-                self._teacher.config, shape["hidden_size"], shape["layer_heads"], shape["layer_intermediate"]
+                self._bert_teacher_config(), shape["hidden_size"], shape["layer_heads"], shape["layer_intermediate"]
             )
             layer_map = nn.Linear(shape["hidden_size"], self._teacher.config.hidden_size)
             parts = CoFiModel(PrunedBertForSequenceClassification(config).train(), None, None, layer_map)
@@ -361,12 +385,12 @@ class CoFi(Method):
     def _binarised(self) -> StructureMasks:
         """The surgery's masks: the deterministic ones, moved to the target when they miss it by
         more than `binarise_tolerance` (see `binarise_at`). Records what happened for on_step."""
-        masks = self.model.masks.deterministic()
+        masks = self._masks().deterministic()
         trained = float(expected_sparsity(masks, self._head_size()))
         offset = 0.0
         tolerance = self.params.binarise_tolerance
         if tolerance is not None and abs(trained - self.params.target_sparsity) > tolerance:
-            masks, offset = binarise_at(self.model.masks.log_alphas(), self._head_size(), self.params.target_sparsity)
+            masks, offset = binarise_at(self._masks().log_alphas(), self._head_size(), self.params.target_sparsity)
         self._binarisation = {"binarised_trained_sparsity": trained, "binarise_offset": offset}
         return masks
 
@@ -374,7 +398,7 @@ class CoFi(Method):
     def _prune_now(self) -> None:
         """The surgery between pruning and fine-tuning: binarise the masks, cut the model."""
         masks = self._binarised()
-        student = prune(self.model.student, masks).train()
+        student = prune(self._bert_student(), masks).train()
         hidden = torch.nonzero(masks.hidden).flatten()
         old_map = self.model.layer_map
         layer_map = nn.Linear(len(hidden), old_map.out_features).to(old_map.weight.device)
@@ -410,7 +434,7 @@ class CoFi(Method):
         if phase.name == PRUNE and not self.pruned:
             # pruning starts from clamped always-on masks even with no warm-up step before it
             # (methods/_l0.py); after that, after_optimizer_step keeps them in range
-            self.model.masks.clamp_()
+            self._masks().clamp_()
         if phase.name == FINETUNE and not self.pruned:
             self._prune_now()
 
@@ -425,14 +449,14 @@ class CoFi(Method):
         ]
         if self.params.distill_layer_weight > 0 and self._distilling():
             named += [(f"layer_map.{name}", p) for name, p in self.model.layer_map.named_parameters()]
-        schedule = "linear" if phase.name == PRUNE else "constant"
+        schedule: Literal["linear", "constant"] = "linear" if phase.name == PRUNE else "constant"
         groups = decay_groups("student", named, lr, self.ctx.weight_decay, schedule=schedule)
         if phase.name == PRUNE:
             reg_lr = self.params.reg_learning_rate
-            groups.append(ParamGroup("masks", list(self.model.masks.parameters()), reg_lr, schedule="constant",
+            groups.append(ParamGroup("masks", list(self._masks().parameters()), reg_lr, schedule="constant",
                                      bounds=(LOG_ALPHA_MIN, LOG_ALPHA_MAX)))
             groups.append(
-                ParamGroup("lagrangian", list(self.model.lagrangian.parameters()), reg_lr, maximize=True, schedule="constant")
+                ParamGroup("lagrangian", list(self._lagrangian().parameters()), reg_lr, maximize=True, schedule="constant")
             )
         self._groups_structure = self._structure
         return groups
@@ -442,15 +466,16 @@ class CoFi(Method):
             warmup = round(self.params.sparsity_warmup_fraction * progress.phase_steps)
             self._target = target_sparsity_at(progress.phase_step, warmup, self.params.target_sparsity)
             with torch.no_grad():
-                sparsity = expected_sparsity(self.model.masks.keep_probabilities(), self._head_size())
+                sparsity = expected_sparsity(self._masks().keep_probabilities(), self._head_size())
             return {
                 "target_sparsity": self._target,
                 "expected_sparsity": float(sparsity),
-                "lambda1": float(self.model.lagrangian.lambda1.detach()),
-                "lambda2": float(self.model.lagrangian.lambda2.detach()),
+                "lambda1": float(self._lagrangian().lambda1.detach()),
+                "lambda2": float(self._lagrangian().lambda2.detach()),
             }
         if self.pruned:
-            return {"sparsity": pruned_sparsity(self._teacher.config, self.model.student.config), **self._binarisation}
+            pruned = cast(PrunedBertConfig, self.model.student.config)  # the surgery's PrunedBertForSequenceClassification
+            return {"sparsity": pruned_sparsity(self._bert_teacher_config(), pruned), **self._binarisation}
         return {}
 
     def after_optimizer_step(self, progress: Progress) -> None:
@@ -461,7 +486,7 @@ class CoFi(Method):
         While the masks train, their group's `bounds` make the loop clamp DeepSpeed's fp32
         masters too, which this clamp of the parameters cannot reach."""
         if not self.pruned:
-            self.model.masks.clamp_()
+            self._masks().clamp_()
 
     def loss(self, batch: Batch, progress: Progress) -> dict[str, torch.Tensor]:
         if self._groups_structure is not None and self._groups_structure != self._structure:
@@ -479,8 +504,8 @@ class CoFi(Method):
             states, logits = list(output.hidden_states), output.logits
             available = torch.ones(max(1, len(states) - 1), dtype=torch.bool)
         elif pruning:
-            masks = self.model.masks.sample()
-            states, logits = masked_forward(student, inputs, masks)
+            masks = self._masks().sample()
+            states, logits = masked_forward(self._bert_student(), inputs, masks)
             available = active_layers(masks)
         else:
             states, logits = forward_hidden_states(student, inputs)
@@ -504,8 +529,8 @@ class CoFi(Method):
             if p.task_weight > 0:
                 terms["task"] = p.task_weight * task_loss(logits, batch["labels"], regression)
         if pruning:
-            sparsity = expected_sparsity(self.model.masks.keep_probabilities(), self._head_size())
-            multipliers = self.model.lagrangian
+            sparsity = expected_sparsity(self._masks().keep_probabilities(), self._head_size())
+            multipliers = self._lagrangian()
             terms["lagrangian"] = lagrangian_penalty(sparsity, self._target, multipliers.lambda1, multipliers.lambda2)
         return terms
 
@@ -520,10 +545,10 @@ class CoFi(Method):
         if self.pruned:
             return copy.deepcopy(self.model.student).eval()
         if self._phase == PRUNE:
-            masks = self.model.masks.deterministic()
+            masks = self._masks().deterministic()
         else:
-            masks = self.model.masks.log_alphas().map(torch.ones_like)
-        return prune(self.model.student, masks).eval()
+            masks = self._masks().log_alphas().map(torch.ones_like)
+        return prune(self._bert_student(), masks).eval()
 
     def state_dict(self) -> dict[str, Any]:
         """The module's tensors (student, log α, λ1, λ2, layer map) and, once pruned, the pruned

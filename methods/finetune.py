@@ -10,7 +10,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, cast
 
 import torch
 from pydantic import Field
@@ -37,10 +37,12 @@ class Finetune(Method):
     summary = "fine-tune a truncated student (bottom k layers) on the task labels"
 
     params: FinetuneParams
+    model: PreTrainedModel  # the student, from build() on (the other hooks run after it)
 
     @classmethod
-    def needs_teacher(cls, params: FinetuneParams) -> bool:
-        return params.init_from == "finetuned"
+    def needs_teacher(cls, params: MethodParams) -> bool:
+        # the pipeline hands over the parameters validated by `Params`
+        return cast(FinetuneParams, params).init_from == "finetuned"
 
     def _source(self) -> PreTrainedModel:
         if self.params.init_from == "finetuned":
@@ -49,7 +51,7 @@ class Finetune(Method):
             return self.ctx.teacher
         return self.ctx.load_pretrained()
 
-    def build(self) -> nn.Module:
+    def build(self) -> PreTrainedModel:
         source = self._source()
         d = self.ctx.student
         layers = student_layer_indices(

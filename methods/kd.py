@@ -15,7 +15,7 @@ import torch
 from pydantic import Field
 
 from methods._losses import kd_loss, task_loss
-from methods.base import Batch, Progress
+from methods.base import Batch, MethodParams, Progress
 from methods.finetune import Finetune, FinetuneParams
 
 
@@ -32,7 +32,7 @@ class KnowledgeDistillation(Finetune):
     params: KDParams
 
     @classmethod
-    def needs_teacher(cls, params: KDParams) -> bool:
+    def needs_teacher(cls, params: MethodParams) -> bool:
         return True
 
     def loss(self, batch: Batch, progress: Progress) -> dict[str, torch.Tensor]:
@@ -40,8 +40,10 @@ class KnowledgeDistillation(Finetune):
             input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], token_type_ids=batch.get("token_type_ids")
         )
         student_logits = self.model(**inputs).logits
+        teacher = self.ctx.teacher
+        assert teacher is not None  # needs_teacher: the pipeline always fetches it for kd
         with torch.no_grad():
-            teacher_logits = self.ctx.teacher(**inputs).logits
+            teacher_logits = teacher(**inputs).logits
         a, regression = self.params.alpha, self.ctx.task.regression
         terms = {"kd": a * kd_loss(student_logits, teacher_logits, self.params.temperature, regression)}
         if a < 1:

@@ -65,7 +65,7 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from pydantic import Field
@@ -104,7 +104,8 @@ def last_layer_projections(model: PreTrainedModel, batch: Batch) -> dict[str, to
     hidden, mask = embed(model, batch)
     layers = encoder_layers(model)
     hidden = run_layers(layers[:-1], hidden, mask)
-    attention = layers[-1].attention.self
+    last: Any = layers[-1]  # a BERT-style layer; its submodules are looked up by name
+    attention = last.attention.self
     return {"query": attention.query(hidden), "key": attention.key(hidden), "value": attention.value(hidden)}
 
 
@@ -286,8 +287,8 @@ class MiniLM(Method):
 
     def start_phase(self, phase: Phase) -> None:
         if phase.name == "distill" and "assistant" in self.model and self.distilled is None:
-            student = self.model["student"]
-            start = student_from_layers(self.model["assistant"], list(range(num_layers(student))))
+            student = self._part("student")
+            start = student_from_layers(self._part("assistant"), list(range(num_layers(student))))
             student.load_state_dict(start.state_dict())
 
     def param_groups(self, phase: Phase) -> list[ParamGroup]:
@@ -304,16 +305,21 @@ class MiniLM(Method):
             ).logits
             return {"task": task_loss(logits, batch["labels"], self.ctx.task.regression)}
         if progress.phase == "assistant_distill":
-            source, learner = self.ctx.teacher, self.model["assistant"]
+            source, learner = self.ctx.teacher, self._part("assistant")
         else:
-            source, learner = self.model["assistant"] if "assistant" in self.model else self.ctx.teacher, self.model["student"]
+            source, learner = self._part("assistant") if "assistant" in self.model else self.ctx.teacher, self._part("student")
+        assert source is not None  # build() refuses to run without the fine-tuned teacher
         with frozen_eval(source):
             targets = last_layer_projections(source, batch)
         predictions = last_layer_projections(learner, batch)
         return self_attention_relation_losses(targets, predictions, batch["attention_mask"], self.relation_heads, self.relations)
 
+    def _part(self, name: str) -> PreTrainedModel:
+        """The student or the assistant: `build` puts only PreTrainedModels into the ModuleDict."""
+        return cast(PreTrainedModel, self.model[name])
+
     def eval_model(self) -> nn.Module:
         return self.model["student"]
 
     def export(self) -> PreTrainedModel:
-        return self.model["student"]
+        return self._part("student")

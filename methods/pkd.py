@@ -46,7 +46,7 @@ from typing import Literal
 
 import torch
 from pydantic import Field
-from torch import nn
+from transformers import PreTrainedModel
 
 from methods._bert import forward_hidden_states, num_layers
 from methods._losses import kd_loss, patience_loss, task_loss
@@ -109,7 +109,7 @@ class PatientKD(KnowledgeDistillation):
     params: PKDParams
     teacher_layers: list[int]  # 0-based teacher layer matched by each intermediate student layer
 
-    def build(self) -> nn.Module:
+    def build(self) -> PreTrainedModel:
         if self.ctx.teacher is None:
             raise ValueError("pkd needs the fine-tuned teacher")
         model = super().build()
@@ -118,6 +118,7 @@ class PatientKD(KnowledgeDistillation):
 
     def loss(self, batch: Batch, progress: Progress) -> dict[str, torch.Tensor]:
         student_states, student_logits = forward_hidden_states(self.model, batch)
+        assert self.ctx.teacher is not None  # build() refuses to run without it
         with torch.no_grad():
             teacher_states, teacher_logits = forward_hidden_states(self.ctx.teacher, batch)
         alpha, regression = self.params.alpha, self.ctx.task.regression

@@ -20,8 +20,9 @@ import json
 import math
 import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeGuard
 
 import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
@@ -106,6 +107,57 @@ def _revision_text(revision: Any) -> Any:
     return revision
 
 
+SplitName = Annotated[str, Field(min_length=1)]
+
+
+class CarvedSplit(_Model):
+    """A dev split carved out of one of the dataset's splits (`dev: {from: train, fraction: 0.1}`),
+    for datasets published with train and test only whose test split should stay unseen. The rows
+    are drawn with `task.sample_seed`, so every process and every rerun carves the same ones, and
+    the train split, when it reads the same split, no longer holds them: a dev row is never trained on."""
+
+    # `from` is a Python keyword: the field is `from_`, written and dumped (to Ray workers) as `from`
+    model_config = ConfigDict(validate_by_name=True, validate_by_alias=True, serialize_by_alias=True)
+
+    from_: SplitName = Field(alias="from")
+    fraction: Annotated[float, Field(gt=0, lt=1)]
+
+
+class HubSplits(_Model):
+    """Which split of a hub dataset each of the task's splits reads. Left out, a task split reads
+    the hub's usual name (train: `train`; dev: `validation`, or MNLI's `validation_matched`;
+    dev_mismatched: `validation_mismatched`); `test` is read only by `drydock eval --split test`.
+    Many hub datasets (imdb, ag_news, yelp_polarity) have train and test only: `{dev: test}`."""
+
+    train: SplitName | None = None
+    dev: SplitName | CarvedSplit | None = None
+    dev_mismatched: SplitName | None = None
+    test: SplitName | None = None
+
+    @field_validator("dev", mode="wrap")
+    @classmethod
+    def _name_or_carving(cls, value: Any, handler: Any) -> Any:
+        """One error about what was meant, not one for each kind a dev split may be: a mapping is
+        a carving (its ValidationError keeps its own field paths), anything else a split name."""
+        if isinstance(value, dict):
+            return handler(CarvedSplit.model_validate(value))
+        if isinstance(value, str) and not value.strip():
+            raise ValueError("is empty: name one of the dataset's splits")
+        if value is not None and not isinstance(value, (str, CarvedSplit)):
+            raise ValueError("expected a split name, or a carving `{from: <split>, fraction: <between 0 and 1>}`")
+        return handler(value)
+
+    @model_validator(mode="after")
+    def _dev_is_not_training_data(self) -> HubSplits:
+        """Evaluating on the rows trained on would report memorisation as accuracy."""
+        train = self.train or "train"
+        for field in ("dev", "dev_mismatched"):
+            if getattr(self, field) == train:
+                raise ValueError(f"{field} reads split {train!r}, which train reads too; map {field} to another split, "
+                                 f"or carve it out of {train!r}: `{field}: {{from: {train}, fraction: 0.1}}`")
+        return self
+
+
 class TaskConfig(_Model):
     name: str
     source: Literal["hub", "glue_dir", "files", "synthetic", "auto"] = "hub"
@@ -116,12 +168,17 @@ class TaskConfig(_Model):
     hub_path: str = "nyu-mll/glue"
     hub_config: str | None = None
     hub_revision: str | None = None
+    # hub: the dataset split each task split reads, for datasets without a `validation` split
+    # (`{dev: test}`, or a seeded `{dev: {from: train, fraction: 0.1}}`); None: the hub's usual names
+    splits: HubSplits | None = None
     glue_dir: str | None = None  # the folder holding SST-2/, RTE/, ... (or the task folder itself)
     files: FilesSource | None = None
     synthetic: SyntheticSource = SyntheticSource()
     # custom tasks (and GLUE tasks read from files with other column names)
     text_columns: list[str] | None = None
     label_column: str = "label"
+    # None with a hub dataset: the names of its ClassLabel column, read when the sweep pins the
+    # task (`pipeline.prepare.data.pinned_task`) and written into the spec every stage receives
     label_names: list[str] | None = None
     num_labels: PositiveInt | None = None
     regression: bool = False
@@ -151,11 +208,18 @@ class TaskConfig(_Model):
             raise ValueError(f"source 'glue_dir' needs a GLUE task name, one of {', '.join(GLUE_TASKS)}")
         if self.hub_revision is not None and self.source in ("glue_dir", "files", "synthetic"):
             raise ValueError(f"task.hub_revision only applies to source 'hub' (or 'auto'); source {self.source!r} has no revisions")
+        if self.splits is not None and self.source in ("glue_dir", "files", "synthetic"):
+            raise ValueError(f"task.splits only applies to source 'hub' (or 'auto'); source {self.source!r} names its splits itself")
+        if self.splits is not None and self.splits.dev_mismatched is not None and self.name != "mnli":
+            raise ValueError(f"task.splits.dev_mismatched only applies to mnli (task {self.name!r} has one dev split)")
         custom = self.name not in GLUE_TASKS and self.source != "synthetic"
         if custom and not self.text_columns:
             raise ValueError(f"custom task {self.name!r} needs task.text_columns (not a GLUE task: {', '.join(GLUE_TASKS)})")
-        if custom and not self.regression and not (self.label_names or self.num_labels):
-            raise ValueError(f"custom classification task {self.name!r} needs task.label_names or task.num_labels")
+        # a hub dataset (hub, or auto for a custom task) may name its labels itself, in a ClassLabel
+        # column: whether it does is known once it is read (`pinned_task`); files never do
+        if custom and not self.regression and not (self.label_names or self.num_labels) and self.source == "files":
+            raise ValueError(f"custom classification task {self.name!r} needs task.label_names or task.num_labels "
+                             "(files name no labels; a hub dataset's ClassLabel column can)")
         return self
 
     def resolved_source(self) -> str:
@@ -447,7 +511,7 @@ class SweepSpec(_Model):
 # ----------------------------------------------------------------------------------------------
 
 
-def is_domain(value: Any) -> bool:
+def is_domain(value: Any) -> TypeGuard[dict[str, Any]]:
     """A method parameter given as `{grid: [...]}` (or choice/uniform/...) is a search domain."""
     return isinstance(value, dict) and len(value) == 1 and next(iter(value)) in DOMAIN_KINDS
 
@@ -485,7 +549,7 @@ def domain_draw(value: dict[str, Any]) -> float | None:
     if kind not in ("uniform", "loguniform"):
         return None
     low, high = arg
-    draw = None
+    draw = math.nan  # replaced on the loop's first pass
     for fraction in (0.5, 1 / 3, 0.6180339887498949):
         if kind == "uniform":
             draw = low + (high - low) * fraction
@@ -646,15 +710,52 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]
     return raw
 
 
-def _format_error(err: dict[str, Any]) -> str:
+def did_you_mean(word: str, known: Any, prefix: str = "") -> str:
+    """`; did you mean <prefix><closest>?` when one of `known` is a likely typo's target, else ''.
+    A typo's error names the fix, so the user never has to open the schema to find it."""
+    import difflib
+
+    close = difflib.get_close_matches(str(word), [str(k) for k in known], n=1, cutoff=0.6)
+    return f"; did you mean {prefix}{close[0]}?" if close else ""
+
+
+def _model_of(annotation: Any) -> type[BaseModel] | None:
+    """The spec model a field holds (`FilesSource | None` holds FilesSource), or None for a value."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    return next((m for m in map(_model_of, getattr(annotation, "__args__", ())) if m is not None), None)
+
+
+def _known_keys(loc: tuple[Any, ...]) -> list[str]:
+    """The keys the spec takes beside an unknown key at `loc` (empty under a free-form mapping)."""
+    model: type[BaseModel] | None = SweepSpec
+    for part in loc[:-1]:
+        field = model.model_fields.get(str(part)) if model is not None else None
+        model = _model_of(field.annotation) if field is not None else None
+    return list(model.model_fields) if model is not None else []
+
+
+def _task_name_hint(err: Mapping[str, Any]) -> str:
+    """A task whose name is a typo of a GLUE task's fails as a custom task (no text columns, no
+    labels) or as a GLUE directory's unknown task: the error says which GLUE name was meant."""
+    given = err.get("input")
+    if tuple(err["loc"]) != ("task",) or not isinstance(given, dict) or not isinstance(given.get("name"), str):
+        return ""
+    name = given["name"].strip().lower().replace("-", "")
+    return "" if name in GLUE_TASKS else did_you_mean(name, GLUE_TASKS)
+
+
+def _format_error(err: Mapping[str, Any]) -> str:
     loc = ".".join(str(p) for p in err["loc"]) or "(spec)"
     msg = err["msg"]
     if err["type"] == "extra_forbidden":
-        msg = "unknown key (not part of the spec; check the spelling)"
+        *parent, key = tuple(err["loc"]) or ("",)
+        hint = did_you_mean(key, _known_keys((*parent, key)), "".join(f"{p}." for p in parent))
+        msg = f"unknown key (not part of the spec){hint}" if hint else "unknown key (not part of the spec; check the spelling)"
     elif err["type"] == "missing":
         msg = "required field is missing"
     elif msg.startswith("Value error, "):
-        msg = msg[len("Value error, "):]
+        msg = msg[len("Value error, "):] + _task_name_hint(err)
     elif err["type"] == "finite_number":
         msg = "must be a finite number"
     given = err.get("input")
@@ -664,7 +765,7 @@ def _format_error(err: dict[str, Any]) -> str:
     return f"{loc}: {msg}"
 
 
-def param_error(err: dict[str, Any]) -> str:
+def param_error(err: Mapping[str, Any]) -> str:
     """A pydantic error about a method's parameters, as the text after `methods.<name>.<param>: `."""
     return _format_error({**err, "loc": ()}).split(": ", 1)[1]
 
@@ -677,7 +778,7 @@ def validate_methods(spec: SweepSpec) -> list[str]:
     known = registered_methods()
     for name, params in spec.methods.items():
         if name not in known:
-            problems.append(f"methods.{name}: unknown method (registered: {', '.join(sorted(known))})")
+            problems.append(f"methods.{name}: unknown method (registered: {', '.join(sorted(known))}){did_you_mean(name, known)}")
             continue
         params = params or {}
         if not isinstance(params, dict):
@@ -695,7 +796,7 @@ def validate_methods(spec: SweepSpec) -> list[str]:
         for pname, value in params.items():
             where = f"methods.{name}.{pname}"
             if pname not in fields:
-                problems.append(f"{where}: unknown parameter (known: {', '.join(fields) or 'none'})")
+                problems.append(f"{where}: unknown parameter (known: {', '.join(fields) or 'none'}){did_you_mean(pname, fields)}")
                 continue
             try:
                 candidates = domain_candidates(value) if is_domain(value) else [value]

@@ -22,7 +22,7 @@ import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pandas as pd
 
@@ -120,7 +120,8 @@ def upsert(path: Path, rows: list[dict[str, Any]]) -> pd.DataFrame:
     """Insert or replace rows by trial_id and rewrite the file atomically."""
     existing = read_results(path)
     keep = existing[~existing["trial_id"].isin([r["trial_id"] for r in rows])] if len(existing) else existing
-    merged = to_frame(keep.to_dict("records") + rows)
+    # pandas-stubs types records' keys as Hashable; the table's column names are strings
+    merged = to_frame(cast(list[dict[str, Any]], keep.to_dict("records")) + rows)
     write(path, merged)
     return merged
 

@@ -137,9 +137,9 @@ def summary_line(outcome: str, details: dict[str, Any], spec: SweepSpec) -> str:
     )
 
 
-def run_cli(spec: SweepSpec, workdir: str | Path, address: str | None) -> int:
+def run_cli(spec: SweepSpec, workdir: str | Path, address: str | None, log: Callable[[str], None] = print) -> int:
     try:
-        outcome, details = retrain(spec, workdir, address=address)
+        outcome, details = retrain(spec, workdir, address=address, log=log)
     except DrydockError:
         raise  # exit 2, printed by the CLI
     except Locked as e:

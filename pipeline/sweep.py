@@ -32,7 +32,7 @@ from pipeline.search.space import expand_trials
 from pipeline.search.state import end_run, open_run, run_revisions, run_storage, start_run
 from pipeline.search.teacher import teacher_stage
 from pipeline.search.trainer import TrainResources
-from pipeline.search.tuner import make_tuner
+from pipeline.search.tuner import close_progress, make_tuner
 from pipeline.select.latency import check_latency_nodes
 from pipeline.select.stage import select_stage
 from pipeline.storage import WorkStore
@@ -95,10 +95,13 @@ def run_sweep(spec: SweepSpec, workdir: str | Path, *, resume: bool = False, add
         store.push(TRACKING_DB)  # the parent run is in the record before any trial starts
     recorder = SweepRecorder(run.paths, tracker, metric_name, teacher.metrics.get(context.metric_key), log, store=store,
                              tracking_file=TRACKING_DB if own_tracking else None)
-    status = "FAILED"
+    status, tuner = "FAILED", None
     try:
         tuner = make_tuner(spec, trials, context, storage, concurrency=concurrency, callback=recorder, run=run, log=log)
-        recorder.reconcile(tuner.fit())
+        try:
+            recorder.reconcile(tuner.fit())
+        finally:
+            close_progress(tuner)
         recorder.close()  # the verifier is not needed while measuring latency
         # the teacher as every node reaches it (a given teacher folder is published under teachers/)
         select_stage(spec, local, run.paths.sweep_dir, tracker, store.localize(teacher_ref), log, store=store)

@@ -1,6 +1,7 @@
 """`drydock` — the command line.
 
-    drydock validate SPEC [--set k=v ...]          check a spec without running anything
+    drydock validate SPEC [--set k=v ...]          check a spec without running anything (and count its trials and steps)
+    drydock plan SPEC [--set k=v ...]              validate, then the plan: trials per method, steps, a time estimate
     drydock methods                                 list registered methods and their parameters
     drydock train SPEC --method NAME --output DIR [--replace]   run one configuration in-process
     drydock sweep SPEC [--workdir DIR] [--resume] [--address ADDR]   the whole search on Ray
@@ -8,6 +9,7 @@
     drydock report WORKDIR/SWEEP                    rebuild report.md/html and pareto.png from results
     drydock registry list NAME / drydock promote NAME VERSION       the MLflow registry and its champion
     drydock eval MODEL SPEC [--split dev|test]      score a student folder or models:/NAME@champion
+    drydock --version                               the installed distribution's version
 
 Exit codes: 0 success; 1 the run itself failed; 2 a user mistake (bad spec, missing data, unknown
 label, an --output folder that is not empty), one line per problem and no traceback; 3 the MLflow
@@ -24,10 +26,22 @@ import sys
 from contextlib import ExitStack
 from pathlib import Path
 
-from pipeline.cli import outputs
+from pipeline.cli import logs, outputs
 from pipeline.errors import DrydockError
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3  # 3: a DrydockError's `exit_code` (TrackingUnreachable)
+DISTRIBUTION = "drydock"  # pyproject.toml's [project] name: what `--version` reports
+
+
+def installed_version() -> str:
+    """The installed distribution's version, as pip sees it (a source tree run without
+    installing has none to report, and says so instead of inventing one)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(DISTRIBUTION)
+    except PackageNotFoundError:
+        return "unknown (not installed)"
 
 
 def _add_spec_args(p: argparse.ArgumentParser) -> None:
@@ -36,11 +50,25 @@ def _add_spec_args(p: argparse.ArgumentParser) -> None:
                    help="override a spec field, e.g. --set train.epochs=1 (repeatable)")
 
 
+def _add_verbosity_args(p: argparse.ArgumentParser, default: int | str) -> None:
+    """-v/-q, before the command or after it (`drydock -q sweep s.yaml`, `drydock sweep s.yaml -q`):
+    a subcommand's default is SUPPRESS, so that leaving them out there keeps the top level's."""
+    group = p.add_mutually_exclusive_group()
+    group.add_argument("-v", "--verbose", dest="verbosity", action="store_const", const=logs.VERBOSE, default=default,
+                       help="debug lines too, and Ray's and MLflow's INFO lines")
+    group.add_argument("-q", "--quiet", dest="verbosity", action="store_const", const=logs.QUIET, default=default,
+                       help="only warnings and errors (and the command's result); no progress display")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="drydock", description="Compress BERT-family encoders for downstream tasks.")
+    _add_verbosity_args(parser, logs.NORMAL)
+    parser.add_argument("--version", action="version", version=f"drydock {installed_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("validate", help="check a spec; exit 0 if valid, 2 with one line per problem")
+    p = sub.add_parser("validate", help="check a spec; exit 0 if valid (with its trial and step counts), 2 with one line per problem")
+    _add_spec_args(p)
+    p = sub.add_parser("plan", help="what a sweep of the spec would run: trials, steps and a time estimate (validates it too)")
     _add_spec_args(p)
 
     sub.add_parser("methods", help="list the registered methods with their parameters and defaults")
@@ -65,6 +93,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workdir", default="runs", help="work directory: a folder or a URI, as for sweep (default: runs/)")
     p.add_argument("--address", default=None, help="Ray cluster address (default: RAY_ADDRESS or a local instance)")
     outputs.add_commands(sub)
+    for command in sub.choices.values():
+        _add_verbosity_args(command, argparse.SUPPRESS)
     return parser
 
 
@@ -72,7 +102,7 @@ def cmd_retrain(args: argparse.Namespace) -> int:
     from pipeline.config import load_spec
     from pipeline.retrain import run_cli
 
-    return run_cli(load_spec(args.spec, args.overrides), args.workdir, args.address)
+    return run_cli(load_spec(args.spec, args.overrides), args.workdir, args.address, log=logs.log_line)
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
@@ -94,14 +124,12 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         from pipeline.prepare.revisions import pin_revisions  # after the lock: a refusal costs no Ray import
         from pipeline.sweep import run_sweep
 
-        frame = run_sweep(pin_revisions(spec), args.workdir, resume=args.resume, address=args.address)
-    from pipeline.select.report import PARETO_PNG, REPORT_MD, pareto_table_text
+        frame = run_sweep(pin_revisions(spec), args.workdir, resume=args.resume, address=args.address, log=logs.log_line)
+    from pipeline.select.report import pareto_table_text
 
     print(summary_table(frame))
     print(pareto_table_text(frame, spec.selection))
-    where = WorkStore.open(args.workdir)  # a folder or a URI: the files are printed where they are kept
-    print(f"results: {where.uri(f'{spec.name}/results.parquet')}\nreport:  {where.uri(f'{spec.name}/{REPORT_MD}')}\n"
-          f"plot:    {where.uri(f'{spec.name}/{PARETO_PNG}')}")
+    print(outputs.where_to_look(spec, WorkStore.open(args.workdir)))
     failed = int((frame["status"] == "failed").sum()) if len(frame) else 0
     if failed:
         print(f"{failed} trial(s) failed; see the error column", file=sys.stderr)
@@ -122,7 +150,13 @@ def cmd_validate(args: argparse.Namespace) -> int:
             problems += e.problems
     if problems:
         raise DrydockError(problems)
-    print(f"{args.spec}: valid (sweep {spec.name!r}, task {spec.task.name}, methods: {', '.join(spec.methods)})")
+    from pipeline.cli.plan import format_plan, plan_summary, plan_sweep
+
+    plan = plan_sweep(spec)  # before "valid": a draw a method refuses is a problem too
+    # validate keeps to one line (scripts read it: benchmarks/gpu_smoke.sh); plan adds the table
+    print(f"{args.spec}: valid (sweep {spec.name!r}, task {spec.task.name}, methods: {', '.join(spec.methods)}; {plan_summary(plan)})")
+    if args.command == "plan":
+        print(format_plan(plan))
     return EXIT_OK
 
 
@@ -147,12 +181,15 @@ def cmd_train(args: argparse.Namespace) -> int:
     from methods import registered_methods
 
     if args.method not in registered_methods():
-        raise DrydockError(f"--method: unknown method {args.method!r} (registered: {', '.join(registered_methods())})")
+        from pipeline.config import did_you_mean
+
+        raise DrydockError(f"--method: unknown method {args.method!r} (registered: {', '.join(registered_methods())})"
+                           f"{did_you_mean(args.method, registered_methods())}")
     params = resolve_params(spec, args.method)
     workdir = args.workdir or Path("runs")
     seed = spec.seeds[0] if args.seed is None else args.seed
     prepare_output(args.output, args.replace, keep=[Path.cwd(), workdir, Path(args.spec)])
-    outcome = run_trial(spec, args.method, params, seed, workdir, args.output)
+    outcome = run_trial(spec, args.method, params, seed, workdir, args.output, log=logs.log_line)
     outcome.metrics["export_max_abs_diff"] = verify_trial(args.output)  # counts only once it reloads alone
     m = outcome.metrics
     teacher = f", teacher {m['teacher_metric']:.4f}" if m.get("teacher_metric") is not None else ""
@@ -188,21 +225,25 @@ def prepare_output(output: Path, replace: bool, keep: list[Path]) -> None:
             child.unlink()
 
 
-COMMANDS = {"validate": cmd_validate, "methods": cmd_methods, "train": cmd_train, "sweep": cmd_sweep, "retrain": cmd_retrain, **outputs.COMMANDS}
+# Commands that can run for minutes: a log gets the watchdog's line when they go silent (pipeline.cli.logs).
+LONG_COMMANDS = ("sweep", "retrain", "train")
+COMMANDS = {"validate": cmd_validate, "plan": cmd_validate, "methods": cmd_methods, "train": cmd_train, "sweep": cmd_sweep,
+            "retrain": cmd_retrain, **outputs.COMMANDS}
 
 
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     args = build_parser().parse_args(argv)
-    try:
-        return COMMANDS[args.command](args)
-    except DrydockError as e:
-        for problem in e.problems:
-            print(f"error: {problem}", file=sys.stderr)
-        return getattr(e, "exit_code", EXIT_USAGE)
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+    with logs.configured(args.verbosity, watch=args.command in LONG_COMMANDS):
+        try:
+            return COMMANDS[args.command](args)
+        except DrydockError as e:
+            for problem in e.problems:
+                print(f"error: {problem}", file=sys.stderr)
+            return getattr(e, "exit_code", EXIT_USAGE)
+        except KeyboardInterrupt:
+            print("interrupted", file=sys.stderr)
+            return 130
 
 
 if __name__ == "__main__":

@@ -14,10 +14,16 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pipeline.errors import DrydockError
+
+if TYPE_CHECKING:
+    from pipeline.config import SweepSpec
+    from pipeline.storage import WorkStore
 
 EXIT_OK = 0
 DEFAULT_WORKDIR = Path("runs")
@@ -62,6 +68,47 @@ def resolve_uri(given: str | None) -> str:
     if default.is_file():
         return f"sqlite:///{default.resolve()}"
     raise DrydockError(f"--tracking-uri: not given, MLFLOW_TRACKING_URI is unset and {default} does not exist")
+
+
+def where_to_look(spec: SweepSpec, store: WorkStore, champion: Callable[[str, str], str | None] | None = None) -> str:
+    """The lines a finished sweep ends with: its files, the command that opens its MLflow runs,
+    and the registry reference a consumer loads — the next three things a user reaches for,
+    printed where they are kept (a folder or a URI). `champion(uri, name)`: the champion's
+    version (default: asked of the registry)."""
+    from pipeline.select.champion import CHAMPION
+    from pipeline.select.report import PARETO_PNG, REPORT_HTML, REPORT_MD
+    from pipeline.tracking import tracking_uri
+
+    name = spec.name
+    report = [store.uri(f"{name}/{REPORT_MD}")]
+    if store.is_remote or store.path(f"{name}/{REPORT_HTML}").is_file():
+        report.append(store.uri(f"{name}/{REPORT_HTML}"))
+    uri = tracking_uri(spec, store.local)  # the store the sweep wrote (pipeline.sweep: SweepTracker(spec, local))
+    if uri.startswith(("http://", "https://")):
+        mlflow = f"{uri} (the tracking server's own UI)"
+    else:
+        mlflow = f"mlflow ui --backend-store-uri {shlex.quote(uri)}"
+    model = spec.registered_model_name
+    try:
+        version = (champion or champion_of)(uri, model)
+        held = f" (version {version})" if version else " (not set: no student was registered)"
+    except Exception as e:  # noqa: BLE001 - the sweep is done; a registry that fails to answer only loses this line's version
+        held = f" (version not looked up: {type(e).__name__})"
+    return "\n".join([
+        f"results:  {store.uri(f'{name}/results.parquet')}",
+        f"report:   {report[0]}", *(f"          {more}" for more in report[1:]),
+        f"plot:     {store.uri(f'{name}/{PARETO_PNG}')}",
+        f"mlflow:   {mlflow}",
+        f"champion: models:/{model}@{CHAMPION}{held}",
+    ])
+
+
+def champion_of(uri: str, name: str) -> str | None:
+    """The version the registry's champion alias points at, or None."""
+    from pipeline.select.registry import champion_version, client_for
+
+    found = champion_version(client_for(uri), name)
+    return str(found.version) if found is not None else None
 
 
 def cmd_report(args: argparse.Namespace) -> int:

@@ -162,7 +162,7 @@ def _safetensors_problem(path: Path) -> str | None:
     return None
 
 
-def atomic_dir(final: Path, build: Callable[[Path], None], *, deep: bool = True) -> Path:
+def atomic_dir(final: Path, build: Callable[[Path], object], *, deep: bool = True) -> Path:
     """Build into a temporary sibling, write its manifest, then rename: readers see all of it or
     nothing. An existing folder is reused if it passes its check (`deep`: hashes too), else it is
     discarded and built again."""

@@ -10,7 +10,10 @@ Sources (`task.source`):
 
 - `hub`: `datasets.load_dataset(hub_path, hub_config or <GLUE config name>, revision=<commit>)`, at
   the commit `hub_revision` (default `main`) resolves to (`pipeline.prepare.hub`): the fingerprint
-  holds that commit, so a push to the dataset is a change, and the data is loaded at it.
+  holds that commit, so a push to the dataset is a change, and the data is loaded at it. A local
+  folder in a hub layout has no commits: its files' bytes are fingerprinted instead. `task.splits`
+  maps the task's splits onto the dataset's (or carves dev out of train); a custom task without
+  `label_names` takes them from the dataset's ClassLabel column (docs/hub-datasets.md).
 - `glue_dir`: the canonical GLUE TSV release, read with quoting disabled (SST-2 sentences hold
   lone quote characters; a quoting reader silently swallows rows and the counts drift).
 - `files`: csv/tsv/jsonl/parquet with the column names given in the task config.
@@ -40,7 +43,7 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import datasets
 import numpy as np
@@ -48,15 +51,23 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from transformers import PreTrainedTokenizerBase
 
-from pipeline.config import TaskConfig
+from pipeline.config import CarvedSplit, TaskConfig
 from pipeline.errors import DataError
-from pipeline.prepare.cache import CacheDamaged, cache_problem, check_cache, discard, unreadable_as_damaged, write_manifest
+from pipeline.prepare.cache import (
+    CacheDamaged,
+    cache_problem,
+    check_cache,
+    discard,
+    folder_digest,
+    unreadable_as_damaged,
+    write_manifest,
+)
 from pipeline.prepare.hub import COMMIT, resolve_revision
 from pipeline.prepare.metrics import METRICS
 
 # Bump when the cached layout or the tokenization changes, so stale caches are never reused.
 CACHE_FORMAT = 1
-SOURCE_FILE = "source.json"  # in a hub dataset's cache folder: the commit its rows came from
+SOURCE_FILE = "source.json"  # in a hub dataset's cache folder: the commit its rows came from, its label names
 
 # ----------------------------------------------------------------------------------------------
 # the task registry
@@ -159,6 +170,11 @@ def _custom_spec(cfg: TaskConfig) -> TaskSpec:
         return TaskSpec(cfg.name, columns, (), 1, True, metrics, metrics[0])
     label_names = tuple(cfg.label_names or ())
     num_labels = len(label_names) or cfg.num_labels
+    if num_labels is None and cfg.resolved_source() == "hub":
+        # every path that reads the data pins the task first; this is a config that skipped it
+        raise DataError(f"task {cfg.name}: the label names of dataset {cfg.hub_path} are read from its ClassLabel column "
+                        f"{cfg.label_column!r} when the task is pinned (pipeline.prepare.data.pinned_task), which this "
+                        "task config was not; or set task.label_names")
     if num_labels is None:
         raise DataError(f"task {cfg.name}: set task.label_names (or task.num_labels when the labels are integers 0..n-1)")
     if label_names and cfg.num_labels is not None and cfg.num_labels != len(label_names):
@@ -194,7 +210,7 @@ def _check_metrics(names: Sequence[str]) -> tuple[str, ...]:
 
 def load_raw(task_cfg: TaskConfig) -> datasets.DatasetDict:
     """The task's validated raw splits (train, dev[, dev_mismatched]), before any subsampling."""
-    spec = task_spec(task_cfg)
+    task_cfg, spec = _resolved(task_cfg)
     loaders: dict[str, Callable[[TaskConfig, TaskSpec], dict[str, datasets.Dataset]]] = {
         "hub": _load_hub,
         "glue_dir": _load_glue_dir,
@@ -338,28 +354,35 @@ def _make_split(texts: list[list[str]], labels: list[Any], regression: bool) -> 
     return datasets.Dataset.from_dict(columns, features=datasets.Features(features))
 
 
-def _require_splits(found: dict[str, datasets.Dataset], spec: TaskSpec, source: str) -> dict[str, datasets.Dataset]:
-    missing = [s for s in ("train", *spec.dev_splits) if s not in found]
-    if missing:
-        raise DataError(f"{source}: missing split(s) {', '.join(missing)} (found: {', '.join(found) or 'none'})")
-    return {split: found[split] for split in ("train", *spec.dev_splits)}
-
-
 # --- hub ---------------------------------------------------------------------------------------
 
-# Hub split name -> our split name. GLUE's test splits have no labels and are never read.
+# Task split -> the hub split names it reads when `task.splits` does not say, the first present.
+# GLUE's test splits have no labels and are never read unless `task.splits.test` names one.
 _HUB_SPLITS = {
-    "train": "train",
-    "validation": "dev",
-    "validation_matched": "dev",
-    "validation_mismatched": "dev_mismatched",
+    "train": ("train",),
+    "dev": ("validation_matched", "validation"),
+    "dev_mismatched": ("validation_mismatched",),
 }
+_CARVE_STREAM = 0x63617276  # the carving's own random stream under task.sample_seed ("carv")
+
+
+def _local_hub_folder(cfg: TaskConfig) -> Path | None:
+    """`task.hub_path` naming a folder here (what `datasets.load_dataset` itself loads from before
+    asking the hub): a copy in a hub layout, with files but no commits."""
+    folder = Path(cfg.hub_path).expanduser()
+    return folder if folder.is_dir() else None
 
 
 def dataset_revision(cfg: TaskConfig) -> str | None:
     """The commit of the hub dataset `task.hub_revision` (default `main`) names now; None when the
-    task does not read the hub."""
+    task does not read the hub, or reads a local folder (whose files' bytes are fingerprinted)."""
     if cfg.resolved_source() != "hub":
+        return None
+    folder = _local_hub_folder(cfg)
+    if folder is not None:
+        if cfg.hub_revision is not None:
+            raise DataError(f"task.hub_revision: task.hub_path {cfg.hub_path} is a local folder, which has no revisions "
+                            "(its files' bytes are what is fingerprinted); remove task.hub_revision")
         return None
     try:
         return resolve_revision(cfg.hub_path, cfg.hub_revision, repo_type="dataset", field="task.hub_revision", error=DataError)
@@ -368,10 +391,64 @@ def dataset_revision(cfg: TaskConfig) -> str | None:
 
 
 def pinned_task(cfg: TaskConfig) -> TaskConfig:
-    """`cfg` with its hub revision replaced by the commit it names now (other sources unchanged):
-    resolved once, so the fingerprint and the rows loaded under it cannot name two commits."""
+    """`cfg` with what its hub dataset says now written in (other sources unchanged): the revision
+    replaced by the commit it names, and a custom classification task's missing `label_names` read
+    from the dataset's ClassLabel column at that commit. Resolved once, when the sweep starts
+    (`pipeline.prepare.revisions.pin_revisions`), and handed on in the spec: the fingerprint, the
+    rows loaded, the teacher's and students' `id2label`, the metrics and the Train workers (which
+    read the prepared cache, never the dataset) cannot see two commits or two sets of names."""
     revision = dataset_revision(cfg)
-    return cfg if revision is None or revision == cfg.hub_revision else cfg.model_copy(update={"hub_revision": revision})
+    update: dict[str, Any] = {}
+    if revision is not None and revision != cfg.hub_revision:
+        update["hub_revision"] = revision
+    if _reads_hub_label_names(cfg):
+        names = _hub_label_names(cfg, revision)
+        if names is not None:
+            update["label_names"] = list(names)
+    return cfg.model_copy(update=update) if update else cfg
+
+
+def _reads_hub_label_names(cfg: TaskConfig) -> bool:
+    """A custom hub classification task that gives no label names: the dataset's ClassLabel may."""
+    return cfg.resolved_source() == "hub" and cfg.name not in GLUE and not cfg.regression and cfg.label_names is None
+
+
+def _resolved(cfg: TaskConfig) -> tuple[TaskConfig, TaskSpec]:
+    """The pinned config and its spec. A config wrong on its face fails before the hub is asked;
+    one whose label names the dataset gives can only be checked once they are read."""
+    if not _reads_hub_label_names(cfg):
+        task_spec(cfg)
+    cfg = pinned_task(cfg)
+    return cfg, task_spec(cfg)
+
+
+def _hub_label_names(cfg: TaskConfig, revision: str | None) -> tuple[str, ...] | None:
+    """The names of the label column's ClassLabel, from the split train reads; None when the
+    column holds plain integers and `task.num_labels` says how many (they are then their names)."""
+    described = _hub_described(cfg)
+    hub = _hub_dataset(cfg, revision)
+    name = _hub_sources(cfg, ("train",), hub, described)["train"]
+    assert isinstance(name, str)  # only dev may be carved
+    features = hub[name].features
+    if cfg.label_column not in features:
+        found = ", ".join(repr(c) for c in features) or "none"
+        raise DataError(f"{described} split {name}: missing column {cfg.label_column!r} (task.label_column; columns found: {found})")
+    feature = features[cfg.label_column]
+    if not isinstance(feature, datasets.ClassLabel):
+        if cfg.num_labels is not None:
+            return None
+        raise DataError(f"task.label_names: column {cfg.label_column!r} of dataset {described} holds {_feature_type(feature)}, "
+                        "not a ClassLabel naming its classes; set task.label_names (or task.num_labels when the labels "
+                        "are integers 0..n-1)")
+    names = tuple(feature.names)
+    if cfg.num_labels is not None and cfg.num_labels != len(names):
+        raise DataError(f"task.num_labels ({cfg.num_labels}) disagrees with column {cfg.label_column!r} of dataset {described}, "
+                        f"a ClassLabel of {len(names)}: {', '.join(names)}")
+    return names
+
+
+def _feature_type(feature: Any) -> str:
+    return f"{feature.dtype} values" if isinstance(feature, datasets.Value) else f"a {type(feature).__name__} feature"
 
 
 _OFFLINE_HINT = "offline, download the GLUE release and use `task.source: glue_dir` with `task.glue_dir`, or `task.source: files`"
@@ -387,22 +464,109 @@ def _hub_described(cfg: TaskConfig) -> str:
     return f"{cfg.hub_path}" + (f" (config {config_name})" if config_name else "")
 
 
-def _load_hub(cfg: TaskConfig, spec: TaskSpec) -> dict[str, datasets.Dataset]:
+def _hub_dataset(cfg: TaskConfig, revision: str | None) -> datasets.DatasetDict:
+    """Every split of the dataset at `revision` (the resolved commit; None for a local folder)."""
     described = _hub_described(cfg)
-    revision = dataset_revision(cfg)
+    folder = _local_hub_folder(cfg)
     try:
-        hub = datasets.load_dataset(cfg.hub_path, _hub_config_name(cfg), revision=revision)
+        hub = datasets.load_dataset(str(folder or cfg.hub_path), _hub_config_name(cfg), revision=revision)
     except Exception as e:  # network, auth, unknown name: all mean "use local data instead"
+        if folder is not None:
+            raise DataError(f"task.hub_path: could not load the dataset in folder {folder} ({e.__class__.__name__}: {e}); "
+                            "it should hold a hub dataset's files (data/train-*.parquet, ...)") from e
         raise DataError(
             f"could not load dataset {described} from the Hugging Face hub ({e.__class__.__name__}: {e}); {_OFFLINE_HINT}"
         ) from e
+    if not isinstance(hub, datasets.DatasetDict):
+        raise DataError(f"task.hub_path: {described} loaded as a {type(hub).__name__}, not a dataset with named splits")
     check_loaded_revision(hub, revision, described)
+    return hub
+
+
+def _hub_sources(cfg: TaskConfig, splits: Sequence[str], hub: datasets.DatasetDict, described: str) -> dict[str, str | CarvedSplit]:
+    """The dataset split each task split reads (or the carving that makes it): `task.splits`,
+    else the hub's usual names. A dataset without one says what it has and how to map it."""
+    available = list(hub)
+    shown = ", ".join(available) or "none"
+    sources: dict[str, str | CarvedSplit] = {}
+    missing = []
+    for split in splits:
+        given = getattr(cfg.splits, split, None) if cfg.splits is not None else None
+        if given is None:
+            default = next((name for name in _HUB_SPLITS[split] if name in hub), None)
+            if default is None:
+                missing.append(split)
+            else:
+                sources[split] = default
+            continue
+        name = given.from_ if isinstance(given, CarvedSplit) else given
+        if name not in hub:
+            field = f"task.splits.{split}" + (".from" if isinstance(given, CarvedSplit) else "")
+            raise DataError(f"{field}: dataset {described} has no split {name!r} (its splits: {shown})")
+        sources[split] = given
+    if missing:
+        train = sources.get("train", "train")
+        others = [name for name in available if name != train]
+        examples = [f"`{{{missing[0]}: {others[0]}}}`"] if others else []
+        if "dev" in missing and isinstance(train, str) and train in hub:
+            examples.append(f"a seeded share of {train}: `{{dev: {{from: {train}, fraction: 0.1}}}}`")
+        raise DataError(f"dataset {described} has no split for the task's {', '.join(missing)} (its splits: {shown}); "
+                        f"say which split each reads with task.splits" + (f", e.g. {' or '.join(examples)}" if examples else ""))
+    return sources
+
+
+def _carve(num_rows: int, fraction: float, seed: int, where: str) -> tuple[np.ndarray, np.ndarray]:
+    """(kept, carved) row indices of a split of `num_rows`, each in the split's order: `fraction`
+    of the rows (at least one, never all) drawn on a stream of `seed` of their own, so the same seed
+    carves the same rows whatever `max_train_samples` later picks from the rest."""
+    if num_rows < 2:
+        raise DataError(f"task.splits.dev: {where} has {num_rows} row(s); carving a dev split out of it needs at least 2")
+    size = min(num_rows - 1, max(1, round(num_rows * fraction)))
+    order = np.random.default_rng([seed, _CARVE_STREAM]).permutation(num_rows)
+    return np.sort(order[size:]), np.sort(order[:size])
+
+
+def _load_hub(cfg: TaskConfig, spec: TaskSpec) -> dict[str, datasets.Dataset]:
+    described = _hub_described(cfg)
+    hub = _hub_dataset(cfg, dataset_revision(cfg))
+    sources = _hub_sources(cfg, ("train", *spec.dev_splits), hub, described)
+    picked: dict[str, tuple[str, np.ndarray | None]] = {}
+    for split, source in sources.items():
+        if isinstance(source, CarvedSplit):
+            kept, carved = _carve(len(hub[source.from_]), source.fraction, cfg.sample_seed, f"{described} split {source.from_}")
+            picked[split] = (source.from_, carved)
+            if sources["train"] == source.from_:  # the dev rows leave train
+                picked["train"] = (source.from_, kept)
+        else:
+            picked.setdefault(split, (source, None))
     found = {}
-    for hub_split, split in _HUB_SPLITS.items():
-        if hub_split in hub:
-            table = _hub_table(hub[hub_split], f"{described} split {hub_split}")
-            found[split] = _split_from_table(table, spec.text_columns, cfg.label_column, spec, split, published=True)
-    return _require_splits(found, spec, described)
+    for split in ("train", *spec.dev_splits):
+        name, indices = picked[split]
+        rows = hub[name] if indices is None else hub[name].select(indices)
+        _check_class_label(rows, cfg, spec, described)
+        table = _hub_table(rows, f"{described} split {name}", indices)
+        found[split] = _split_from_table(table, spec.text_columns, cfg.label_column, spec, split, published=True)
+    return found
+
+
+def _check_class_label(rows: datasets.Dataset, cfg: TaskConfig, spec: TaskSpec, described: str) -> None:
+    """A ClassLabel's integers are indices into its names: the task's names must be the same, in
+    the same order, or every label would silently mean another class. A ClassLabel built from a
+    count alone (names "0".."n-1") names nothing: only its count must agree."""
+    feature = rows.features.get(cfg.label_column)
+    if spec.regression or not isinstance(feature, datasets.ClassLabel):
+        return
+    names = tuple(feature.names)
+    whose = "task.label_names" if cfg.label_names is not None else f"task {spec.name}'s label names"
+    if names == tuple(str(i) for i in range(len(names))):
+        if len(names) != spec.num_labels:
+            raise DataError(f"{whose} ({spec.num_labels}) disagree with column {cfg.label_column!r} of dataset {described}, "
+                            f"a ClassLabel of {len(names)} classes")
+        return
+    if names != spec.label_names:
+        raise DataError(f"{whose} {list(spec.label_names)} differ from the names of column {cfg.label_column!r} of dataset "
+                        f"{described}, a ClassLabel {list(names)}: its labels are indices into those, so give the same names "
+                        "in the same order, or leave task.label_names out to take the dataset's")
 
 
 def check_loaded_revision(hub: datasets.DatasetDict, revision: str | None, described: str) -> None:
@@ -420,8 +584,12 @@ def check_loaded_revision(hub: datasets.DatasetDict, revision: str | None, descr
                 )
 
 
-def _hub_table(dataset: datasets.Dataset, source: str) -> _Table:
-    return _Table(source, dataset.column_names, len(dataset), lambda name: dataset[name][:], lambda i: f"row index {i}")
+def _hub_table(dataset: datasets.Dataset, source: str, indices: np.ndarray | None = None) -> _Table:
+    """`indices`: the rows of a carved split, so an error names the row's index in the dataset's own split."""
+    def locate(i: int) -> str:
+        return f"row index {i if indices is None else int(indices[i])}"
+
+    return _Table(source, dataset.column_names, len(dataset), lambda name: dataset[name][:], locate)
 
 
 # --- GLUE directory ----------------------------------------------------------------------------
@@ -509,9 +677,11 @@ def _load_files(cfg: TaskConfig, spec: TaskSpec) -> dict[str, datasets.Dataset]:
 
 
 def load_test_split(cfg: TaskConfig) -> datasets.Dataset:
-    """`task.files.test`, read and validated like train and dev. Only `drydock eval` reads it
-    (the sweep never does), and only to score it, so a file without labels is refused with that
-    reason rather than as a missing column."""
+    """`task.files.test` (or the hub split `task.splits.test` names), read and validated like train
+    and dev. Only `drydock eval` reads it (the sweep never does), and only to score it, so a split
+    without labels is refused with that reason rather than as a missing column."""
+    if cfg.resolved_source() == "hub" and cfg.splits is not None and cfg.splits.test is not None:
+        return _hub_test_split(cfg)
     if cfg.files is None or not cfg.files.test:
         raise DataError(f"task {cfg.name} has no test split (set task.files.test to a labelled file)")
     spec = task_spec(cfg)
@@ -520,6 +690,21 @@ def load_test_split(cfg: TaskConfig) -> datasets.Dataset:
     if cfg.label_column not in table.columns:
         raise DataError(f"{path}: the test split has no labels (no column {cfg.label_column!r}, task.label_column); it cannot be scored")
     return _split_from_table(table, spec.text_columns, cfg.label_column, spec, "test")
+
+
+def _hub_test_split(cfg: TaskConfig) -> datasets.Dataset:
+    cfg, spec = _resolved(cfg)
+    assert cfg.splits is not None and cfg.splits.test is not None
+    described = _hub_described(cfg)
+    hub = _hub_dataset(cfg, dataset_revision(cfg))
+    name = _hub_sources(cfg, ("test",), hub, described)["test"]
+    assert isinstance(name, str)  # only dev may be carved
+    table = _hub_table(hub[name], f"{described} split {name}")
+    if cfg.label_column not in table.columns:
+        raise DataError(f"{table.source}: the test split has no labels (no column {cfg.label_column!r}, task.label_column); "
+                        "it cannot be scored")
+    _check_class_label(hub[name], cfg, spec, described)
+    return _split_from_table(table, spec.text_columns, cfg.label_column, spec, "test", published=True)
 
 
 def _read_file(path: Path, fmt: str | None, wanted: Sequence[str]) -> _Table:
@@ -536,7 +721,7 @@ def _read_file(path: Path, fmt: str | None, wanted: Sequence[str]) -> _Table:
     raise DataError(f"{path}: cannot tell the format from the suffix {path.suffix!r}; set task.files.format (csv, tsv, jsonl or parquet)")
 
 
-def _read_delimited(path: Path, delimiter: str, quoting: int, wanted: Sequence[str], names: Sequence[str] | None = None) -> _Table:
+def _read_delimited(path: Path, delimiter: str, quoting: Literal[0, 1, 2, 3], wanted: Sequence[str], names: Sequence[str] | None = None) -> _Table:
     """A delimited file; a header row names the columns unless `names` does (CoLA has no header).
 
     Only the `wanted` columns are kept: MNLI's parse-tree columns are most of its 400 MB.
@@ -719,9 +904,8 @@ def data_fingerprint(task_cfg: TaskConfig, tokenizer: PreTrainedTokenizerBase) -
 
 def prepare_data(task_cfg: TaskConfig, tokenizer: PreTrainedTokenizerBase, cache_dir: Path) -> PreparedData:
     """Load, validate, subsample and tokenize the task, or reload it from the cache."""
-    spec = task_spec(task_cfg)
     _configure_progress()
-    task_cfg = pinned_task(task_cfg)
+    task_cfg, spec = _resolved(task_cfg)
     fingerprint = data_fingerprint(task_cfg, tokenizer)
 
     def build(folder: Path) -> None:
@@ -730,8 +914,9 @@ def prepare_data(task_cfg: TaskConfig, tokenizer: PreTrainedTokenizerBase, cache
             limit = task_cfg.max_train_samples if split == "train" else task_cfg.max_eval_samples
             rows = subsample(raw[split], limit, task_cfg.sample_seed)
             _tokenize(rows, tokenizer, task_cfg.max_seq_length, f"{fingerprint}-{split}").save_to_disk(str(folder / split))
-        if task_cfg.resolved_source() == "hub":  # the commit travels with the cache (to Train workers, drydock.json)
-            (folder / SOURCE_FILE).write_text(json.dumps({"hub_path": task_cfg.hub_path, "revision": task_cfg.hub_revision}))
+        if task_cfg.resolved_source() == "hub":  # the commit and the names travel with the cache (to Train workers, drydock.json)
+            source = {"hub_path": task_cfg.hub_path, "revision": task_cfg.hub_revision, "label_names": task_cfg.label_names}
+            (folder / SOURCE_FILE).write_text(json.dumps(source))
 
     # reused once per sweep here, by the process that can rebuild it: sizes and hashes
     return _load_cached(Path(cache_dir), data_folder_name(fingerprint), build, lambda f: load_prepared_data(task_cfg, f), deep=True)
@@ -746,14 +931,19 @@ def load_prepared_data(task_cfg: TaskConfig, folder: Path) -> PreparedData:
     """The tokenized splits `prepare_data` cached in `folder`, without the source: a Train worker
     on another node has the cache (fetched from the work location), not the task's files.
     The folder is checked against its manifest's sizes first (a stat per file: this runs at every
-    trial start); a damaged one is a `CacheDamaged` naming it (`prepare_data` rebuilds it)."""
-    spec = task_spec(task_cfg)
+    trial start); a damaged one is a `CacheDamaged` naming it (`prepare_data` rebuilds it).
+    A hub task's label names read from its ClassLabel are in the cache too: a config that was not
+    pinned (a resumed sweep's, which keeps only the commit) still gets the names it was built with."""
     check_cache(folder)
+    with unreadable_as_damaged(folder):
+        source = json.loads((folder / SOURCE_FILE).read_text()) if (folder / SOURCE_FILE).is_file() else {}
+    if source.get("label_names") is not None and _reads_hub_label_names(task_cfg):
+        task_cfg = task_cfg.model_copy(update={"label_names": list(source["label_names"])})
+    spec = task_spec(task_cfg)
     with unreadable_as_damaged(folder):
         train = datasets.load_from_disk(str(folder / "train"))
         dev = {split: datasets.load_from_disk(str(folder / split)) for split in spec.dev_splits}
     fingerprint = folder.name.removeprefix("data-")
-    source = json.loads((folder / SOURCE_FILE).read_text()) if (folder / SOURCE_FILE).is_file() else {}
     return PreparedData(task=spec, train=train, dev=dev, fingerprint=fingerprint, num_train=len(train), revision=source.get("revision"))
 
 
@@ -767,9 +957,8 @@ def prepare_unlabeled(
     """Label-free text for distillation: a seeded subsample of the task's training texts (up to
     `max_samples`; `max_train_samples` does not apply) followed by every non-blank line of the
     extra text files, tokenized like `prepare_data` and cached the same way."""
-    task_spec(task_cfg)  # a bad task config fails here, before any reading
     _configure_progress()
-    task_cfg = pinned_task(task_cfg)
+    task_cfg, _ = _resolved(task_cfg)  # a bad task config fails here, before any tokenizing
     extra = [Path(f) for f in files]
     for path in extra:
         if not path.is_file():
@@ -815,6 +1004,8 @@ def _fingerprint_content(cfg: TaskConfig, tokenizer: PreTrainedTokenizerBase) ->
         "max_train_samples": cfg.max_train_samples,
         "max_eval_samples": cfg.max_eval_samples,
         "sample_seed": cfg.sample_seed,
+        # only when given, so that the caches of every task without a mapping keep their keys
+        **({"splits": cfg.splits.model_dump(mode="json", exclude_none=True)} if cfg.splits is not None else {}),
     }
 
 
@@ -829,7 +1020,8 @@ def tokenizer_digest(tokenizer: PreTrainedTokenizerBase) -> str:
 
 def _data_digest(cfg: TaskConfig) -> Any:
     """File sources hash their bytes; the hub has no local bytes, so its name, its config and the
-    commit its revision names now stand in (a push to the dataset changes the fingerprint)."""
+    commit its revision names now stand in (a push to the dataset changes the fingerprint). A
+    local folder in a hub layout has bytes and no commits: its files are hashed."""
     source = cfg.resolved_source()
     if source == "glue_dir":
         return {split: _file_digest(path) for split, path in _glue_files(cfg).items()}
@@ -838,6 +1030,10 @@ def _data_digest(cfg: TaskConfig) -> Any:
         return {"format": cfg.files.format, **{split: _file_digest(path) for split, path in _files(cfg).items()}}
     if source == "synthetic":
         return {"version": _SYNTHETIC_VERSION, **cfg.synthetic.model_dump(mode="json")}
+    folder = _local_hub_folder(cfg)
+    if folder is not None:
+        dataset_revision(cfg)  # a revision given for a folder is refused, not ignored
+        return {"hub_path": cfg.hub_path, "hub_config": cfg.hub_config, "folder": folder_digest(folder)}
     return {"hub_path": cfg.hub_path, "hub_config": cfg.hub_config, "hub_revision": dataset_revision(cfg)}
 
 

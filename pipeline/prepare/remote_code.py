@@ -109,7 +109,7 @@ def code_mismatch(folder: Path, recorded: dict[str, str]) -> str | None:
     return None
 
 
-def remote_code(folder: Path, recorded: dict[str, str] | None = None) -> bool:
+def remote_code(folder: str | Path, recorded: dict[str, str] | None = None) -> bool:
     """`trust_remote_code` for loading `folder`: False for a stock architecture; True for custom
     code that is exactly the recorded code (`recorded`, default drydock.json's record);
     otherwise a `DrydockError` naming the file, and nothing is imported."""

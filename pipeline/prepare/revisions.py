@@ -9,6 +9,8 @@ registry's version tags and each export's `drydock.json`.
 
 from __future__ import annotations
 
+from typing import Any
+
 from pipeline.config import SweepSpec
 from pipeline.prepare.data import dataset_revision, pinned_task
 from pipeline.prepare.models import teacher_revision
@@ -17,7 +19,7 @@ from pipeline.prepare.models import teacher_revision
 def pin_revisions(spec: SweepSpec) -> SweepSpec:
     """`spec` with `teacher.revision` and `task.hub_revision` replaced by the commits they name
     now, where the teacher or the data comes from the hub (nothing else changes)."""
-    update = {}
+    update: dict[str, Any] = {}
     revision = teacher_revision(spec.teacher)
     if revision is not None and revision != spec.teacher.revision:
         update["teacher"] = spec.teacher.model_copy(update={"revision": revision})

@@ -63,7 +63,7 @@ def init_ray(address: str | None, use_gpu: bool) -> None:
     os.environ.update({k: v for k, v in env.items() if k.startswith("RAY_")})
     logging.getLogger("ray").setLevel(logging.ERROR)
     verbose = os.environ.get("DRYDOCK_RAY_LOGS") == "1"
-    common = dict(runtime_env={"env_vars": env}, log_to_driver=verbose, logging_level="ERROR" if not verbose else "INFO")
+    common: dict[str, Any] = dict(runtime_env={"env_vars": env}, log_to_driver=verbose, logging_level="ERROR" if not verbose else "INFO")
     if address:
         ray.init(address=address, **common)
         return
@@ -72,9 +72,10 @@ def init_ray(address: str | None, use_gpu: bool) -> None:
     # stops, and later trials time out waiting for them (docs/search-on-ray.md). Its address is
     # fixed up front and given to every process (see API_SERVER_VARIABLE).
     temp_dir = os.environ.get("DRYDOCK_RAY_TMPDIR")  # a short path: Ray's sockets live under it
+    temp: dict[str, Any] = {"_temp_dir": temp_dir} if temp_dir else {}
     # Ray counts the CPUs itself: unlike os.cpu_count(), its count honours a container's quota.
     ray.init(address="local", object_store_memory=256 * 2**20, include_dashboard=None,
-             **dashboard, **({"_temp_dir": temp_dir} if temp_dir else {}), **common)
+             **dashboard, **temp, **common)
 
 
 def free_port() -> int:
@@ -106,6 +107,7 @@ def check_gpu_workers(spec: SweepSpec, log: Callable[[str], None] = print) -> No
         return  # no GPU yet (an autoscaling cluster): max_concurrent has said what happens
     probe = ray.remote(num_cpus=0, num_gpus=min(1.0, spec.resources.gpus_per_worker))(cuda_here)
     ref = probe.remote()
+    seen: dict[str, Any] | None
     try:
         seen = ray.get(ref, timeout=GPU_PROBE_TIMEOUT_S)
     except ray.exceptions.GetTimeoutError:

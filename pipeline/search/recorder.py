@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pandas as pd
 from ray import tune
@@ -90,7 +90,8 @@ def pending_rows(table: Path) -> list[dict[str, Any]]:
     if not len(frame):
         return []
     missing = frame["mlflow_run_id"].fillna("").astype(str) == ""
-    return frame[frame["status"].isin(DONE) & missing].to_dict("records")
+    # pandas-stubs types records' keys as Hashable; the table's column names are strings
+    return cast(list[dict[str, Any]], frame[frame["status"].isin(DONE) & missing].to_dict("records"))
 
 
 def row_record(row: dict[str, Any]) -> tuple[str, dict[str, Any], str, dict[str, Any]]:
@@ -178,7 +179,8 @@ class SweepRecorder(tune.Callback):
     # Tune's hooks: read what Tune passes now, write later on the table and tracking threads
     # ------------------------------------------------------------------------------------------
 
-    def setup(self, **info: Any) -> None:
+    def setup(self, stop: Any = None, num_samples: int | None = None, total_num_samples: int | None = None,
+              **info: Any) -> None:  # Tune's Callback.setup signature; nothing of it is read
         # Started with the search, not at the first finished trial: its start-up (seconds) then
         # overlaps the first trials' start-up instead of holding Tune's loop.
         if self.verifier is None:
@@ -402,7 +404,9 @@ class SweepRecorder(tune.Callback):
         another machine after this one died, finds them current there."""
         if self.store is None or not self.store.is_remote:
             return
-        self.store.push(self.store.key_of(self.paths.results))
+        key = self.store.key_of(self.paths.results)
+        assert key is not None  # the results table lies in the work location
+        self.store.push(key)
 
     def _publish_tracking(self) -> None:
         """On the tracking thread, the one writer of the SQLite file: never pushed mid-write."""
@@ -412,14 +416,15 @@ class SweepRecorder(tune.Callback):
     def _fetched_outcome(self, trial_dir: Path) -> dict[str, Any] | None:
         """The trial's outcome, and for a finished one its student and verification reference,
         fetched into this node's mirror when the work location is a URI."""
-        key = self.store.key_of(trial_dir) if self.store is not None and self.store.is_remote else None
-        if key is not None:
-            self.store.fetch(f"{key}/{OUTCOME_FILE}", fresh=True)
+        store = self.store if self.store is not None and self.store.is_remote else None
+        key = store.key_of(trial_dir) if store is not None else None
+        if store is not None and key is not None:
+            store.fetch(f"{key}/{OUTCOME_FILE}", fresh=True)
         outcome = read_outcome(trial_dir)
-        if key is not None and outcome is not None and outcome.get("status") == "finished":
+        if store is not None and key is not None and outcome is not None and outcome.get("status") == "finished":
             # fresh: an attempt that failed on this node may have left an export a retry replaced
             for name in ("student", VERIFY_FILE, "metrics.json"):
-                self.store.fetch(f"{key}/{name}", fresh=True)
+                store.fetch(f"{key}/{name}", fresh=True)
         return outcome
 
     def _student(self, outcome: dict[str, Any]) -> Path | None:
@@ -435,7 +440,9 @@ class SweepRecorder(tune.Callback):
             self.verifier = Verifier()
         batch, expected = load_reference(reference)
         try:
-            outcome["export_max_abs_diff"] = verify_export(self._student(outcome), expected, batch, self.verifier)
+            student = self._student(outcome)
+            assert student is not None  # a finished trial's outcome names its exported student
+            outcome["export_max_abs_diff"] = verify_export(student, expected, batch, self.verifier)
         except ExportMismatch as e:
             return "failed", {**outcome, "error": str(e)}
         return "finished", outcome

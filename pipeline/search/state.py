@@ -108,7 +108,7 @@ def open_run(spec: SweepSpec, sweep_dir: Path, resume: bool, log: Callable[[str]
     """Which run this is; touches nothing in the sweep's folder (a URI's files are only fetched
     into this node's mirror), so a check that fails later leaves it as it was."""
     remote = store is not None and store.is_remote
-    if remote:
+    if remote and store is not None:
         for name in (STATE_FILE, results_table.RESULTS_FILE):
             store.fetch(f"{spec.name}/{name}", fresh=True)
     state = read_state(sweep_dir)
@@ -117,7 +117,7 @@ def open_run(spec: SweepSpec, sweep_dir: Path, resume: bool, log: Callable[[str]
         log(f"resume: no earlier run of {spec.name!r} in {store.uri(spec.name) if store else sweep_dir}; starting a new one")
     run = SweepRun(SweepPaths(sweep_dir, state["run_id"] if resuming else time.strftime("%Y%m%d-%H%M%S")), resuming, state, store,
                    opened_at=time.time())
-    if resuming and remote:
+    if resuming and remote and store is not None:
         store.fetch(f"{spec.name}/runs/{run.paths.run_id}/{SPEC_FILE}", fresh=True)
     if resuming:
         check_resumable(spec, run.paths.spec_file, run.paths.run_id)
@@ -133,8 +133,12 @@ def check_resumable(spec: SweepSpec, saved: Path, run_id: str) -> None:
         return
     before = flatten_params(json.loads(saved.read_text()))
     now = flatten_params(spec_to_dict(spec))
+    # label names the run read from its hub dataset's ClassLabel column (`pinned_task`) are in its
+    # spec.json and not in a spec that leaves them to the dataset: not a change
+    read_from_data = {k for k in before if k.startswith("task.label_names") and now.get(k) is None}
     changed = sorted(k for k in before.keys() | now.keys()
-                     if before.get(k) != now.get(k) and not k.startswith("resources.") and k not in RESUME_MAY_DIFFER)
+                     if before.get(k) != now.get(k) and not k.startswith("resources.") and k not in RESUME_MAY_DIFFER
+                     and k not in read_from_data)
     if changed:
         shown = ", ".join(changed[:8]) + (f" and {len(changed) - 8} more" if len(changed) > 8 else "")
         raise DrydockError(f"--resume: the spec differs from the one run {run_id} started with ({shown}); "
@@ -143,12 +147,16 @@ def check_resumable(spec: SweepSpec, saved: Path, run_id: str) -> None:
 
 def run_revisions(spec: SweepSpec, run: SweepRun) -> SweepSpec:
     """The spec with the hub commits this run trains on: those a resumed run started with (its
-    spec.json), else the ones its revisions name now (`pin_revisions`)."""
+    spec.json), else the ones its revisions name now (`pin_revisions`); and the label names a
+    resumed run read from its dataset, when the spec leaves them to it."""
     if not (run.resuming and run.paths.spec_file.is_file()):
         return pin_revisions(spec)
     saved = json.loads(run.paths.spec_file.read_text())
     teacher = spec.teacher.model_copy(update={"revision": saved.get("teacher", {}).get("revision")})
-    task = spec.task.model_copy(update={"hub_revision": saved.get("task", {}).get("hub_revision")})
+    task_update = {"hub_revision": saved.get("task", {}).get("hub_revision")}
+    if spec.task.label_names is None and saved.get("task", {}).get("label_names") is not None:
+        task_update["label_names"] = saved["task"]["label_names"]
+    task = spec.task.model_copy(update=task_update)
     return spec.model_copy(update={"teacher": teacher, "task": task})
 
 

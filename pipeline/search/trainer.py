@@ -130,12 +130,13 @@ def run_train(
                 num_workers=resources.num_workers, use_gpu=resources.use_gpu, resources_per_worker=resources.per_worker(),
             ),
             run_config=ray.train.RunConfig(
-                name=name, storage_path=storage_path, callbacks=[relay],
+                # ray.train's names are Train v1's to a type checker (v2's are chosen at import time)
+                name=name, storage_path=storage_path, callbacks=[relay],  # type: ignore[list-item]
                 # No score attribute: Train keeps the `num_to_keep` latest in the order reported,
                 # and never deletes the latest (the one `ray.train.get_checkpoint()` resumes from).
                 checkpoint_config=ray.train.CheckpointConfig(num_to_keep=resources.keep_checkpoints),
                 failure_config=ray.train.FailureConfig(max_failures=resources.max_failures,
-                                                       controller_failure_limit=resources.controller_failure_limit()),
+                                                       controller_failure_limit=resources.controller_failure_limit()),  # type: ignore[call-arg]
             ),
         )
         try:
@@ -194,7 +195,8 @@ def lean_torch_trainer(*args: Any, **kwargs: Any) -> TorchTrainer:
 
 class _LeanTorchTrainer(TorchTrainer):
     def _create_default_callbacks(self) -> list[Any]:
-        callbacks = super()._create_default_callbacks()
+        # Train v2's DataParallelTrainer method; mypy sees v1's TorchTrainer (see run_train)
+        callbacks = super()._create_default_callbacks()  # type: ignore[misc]
         if self.datasets:
             return callbacks
         try:  # an internal of Ray Train: where it has moved, nothing is dropped

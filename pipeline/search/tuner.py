@@ -4,10 +4,13 @@ One Tuner grids over the concrete trial list of `pipeline.search.space` (every m
 and a restored sweep sees exactly the same trials). Its trainable is the thin trial driver of
 `pipeline.search.driver`, which reserves no CPU: the trial's Train workers hold the resources.
 Why the driver's reservation and the actor reuse are set as they are: `docs/search-on-ray.md`.
+Beside the caller's callback (the recorder) it attaches `SweepProgress`, which shows the search
+while it runs (`pipeline.search.progress`).
 """
 
 from __future__ import annotations
 
+import atexit
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -16,15 +19,19 @@ from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, TrialScheduler
 
 from pipeline.config import SweepSpec
 from pipeline.search.driver import SearchContext, trial_driver
+from pipeline.search.progress import SweepBoard
+from pipeline.search.recorder import stand_in_callback
 from pipeline.search.space import TrialSpec
 from pipeline.search.state import RunStorage, SweepRun
+from pipeline.training.progress import display_mode
+from pipeline.training.progress import logger as progress_log
 
 # ASHA's time axis: what the training loop reports as `progress`, the fraction of its labeled
 # training a trial has done (pipeline.training.loop). Every method's trials meet at the same
 # rungs, however their phases are cut (MiniLM's unlabeled distillation, a max_steps cap).
 TIME_ATTR = "progress"
 # Tune rejects {"cpu": 0}, and a fraction of a CPU can deadlock two workers on two CPUs.
-DRIVER_RESOURCES = {"cpu": 0, "memory": 1}
+DRIVER_RESOURCES: dict[str, float] = {"cpu": 0, "memory": 1}
 
 
 def scheduler(spec: SweepSpec, metric_key: str) -> TrialScheduler:
@@ -34,8 +41,9 @@ def scheduler(spec: SweepSpec, metric_key: str) -> TrialScheduler:
         return FIFOScheduler()
     epochs = spec.train.epochs
     return ASHAScheduler(
-        time_attr=TIME_ATTR, metric=metric_key, mode="max", max_t=1.0,
-        grace_period=min(spec.search.asha.grace_period, epochs) / epochs,
+        # Ray types max_t and grace_period as int; the time axis here is the fraction of training done
+        time_attr=TIME_ATTR, metric=metric_key, mode="max", max_t=1.0,  # type: ignore[arg-type]
+        grace_period=min(spec.search.asha.grace_period, epochs) / epochs,  # type: ignore[arg-type]
         reduction_factor=spec.search.asha.reduction_factor,
     )
 
@@ -54,10 +62,12 @@ def make_tuner(
     """A new Tuner, or, resuming, the interrupted one restored (its finished trials are kept)."""
     trainable = tune.with_resources(tune.with_parameters(trial_driver, shared=context), DRIVER_RESOURCES)
     param_space: dict[str, Any] = {"trial": tune.grid_search([t.to_dict() for t in trials])}
+    progress = SweepProgress(len(trials), context.metric_key)
     if run.resuming and tune.Tuner.can_restore(storage.experiment_path):
         log(f"resume: continuing run {run.paths.run_id} (finished trials are kept)")
         tuner = tune.Tuner.restore(storage.experiment_path, trainable=trainable, resume_errored=True, param_space=param_space)
-        tuner._local_tuner._run_config.callbacks = [callback]  # callbacks are not restored: attach ours again
+        assert tuner._local_tuner is not None  # a local Tuner, not a Ray Client one
+        tuner._local_tuner._run_config.callbacks = [callback, progress]  # callbacks are not restored: attach ours again
         return tuner
     return tune.Tuner(
         trainable,
@@ -67,7 +77,7 @@ def make_tuner(
         tune_config=tune.TuneConfig(scheduler=scheduler(spec, context.metric_key), max_concurrent_trials=concurrency,
                                     reuse_actors=spec.search.scheduler == "fifo"),
         run_config=tune.RunConfig(
-            name=storage.tune_name, storage_path=storage.root, callbacks=[callback],
+            name=storage.tune_name, storage_path=storage.root, callbacks=[callback, progress],
             # Train retries lost workers inside a trial; Tune retries a trial whose driver died
             # (its node was lost), and the new driver's Train run, same name and storage, resumes
             # from the trial's last checkpoint. A trial whose training raises is not a Tune
@@ -75,3 +85,88 @@ def make_tuner(
             failure_config=tune.FailureConfig(max_failures=spec.search.max_failures), verbose=0,
         ),
     )
+
+
+def _key(trial: Any) -> str:
+    return TrialSpec.from_dict(trial.config["trial"]).key
+
+
+class SweepProgress(tune.Callback):
+    """Shows the search from the sweep's process, where Tune hands over every trial's events and
+    reports: a live table on a terminal; in a log, a line when a trial starts or ends (with the
+    done/running/pending counts), one per evaluation, and a heartbeat per running trial silent
+    for `HEARTBEAT_S`; nothing under `drydock -q` (`pipeline.training.progress.display_mode`)."""
+
+    def __init__(self, total: int, metric_key: str) -> None:
+        self.board = SweepBoard(total, metric_key)
+        self.mode = display_mode()
+        self.live: Any = None
+        self.synced = False
+
+    def __reduce__(self):
+        # pickled into tuner.pkl with the recorder; holds a live display, attached again on restore
+        return (stand_in_callback, ())
+
+    def setup(self, stop: Any = None, num_samples: int | None = None, total_num_samples: int | None = None,
+              **info: Any) -> None:  # Tune's Callback.setup signature; nothing of it is read
+        if self.mode == "live" and self.live is None:
+            from rich.live import Live
+
+            # transient: the table goes when the search ends, the trials' own lines stay; stdout and
+            # stderr go through rich meanwhile, so log lines print above the table, not through it
+            self.live = Live(self.board, refresh_per_second=2, transient=True, redirect_stdout=True, redirect_stderr=True)
+            self.live.start()
+            atexit.register(self.close)  # a driver that dies mid-search must not leave the terminal redirected
+
+    def on_step_begin(self, iteration: int, trials: list[Any], **info: Any) -> None:
+        if not self.synced:  # a resumed search: Tune sends no event for the trials it finished before
+            self.synced = True
+            self.board.already_done(_key(t) for t in trials if t.status in ("TERMINATED", "ERROR"))
+
+    def on_step_end(self, iteration: int, trials: list[Any], **info: Any) -> None:
+        if self.mode == "lines":
+            for line in self.board.heartbeats():
+                progress_log.info(line)
+
+    def on_trial_start(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
+        key = _key(trial)
+        self.board.started(key)
+        self._say(f"{self.board.counts().text()} (trial {key} started)")
+
+    def on_trial_result(self, iteration: int, trials: list[Any], trial: Any, result: dict[str, Any], **info: Any) -> None:
+        line = self.board.reported(_key(trial), result)
+        if line is not None:
+            self._say(line)
+
+    def on_trial_complete(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
+        self.board.ended(_key(trial))
+        self._say(self.board.counts().text())
+
+    def on_trial_error(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
+        self.on_trial_complete(iteration, trials, trial)
+
+    def on_trial_recover(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
+        self.board.recovered(_key(trial))
+
+    def on_experiment_end(self, trials: list[Any], **info: Any) -> None:
+        self.close()
+
+    def _say(self, line: str) -> None:
+        if self.mode == "lines":  # on a terminal the table shows it
+            progress_log.info(line)
+
+    def close(self) -> None:
+        if self.live is not None:
+            self.live.stop()
+            self.live = None
+            atexit.unregister(self.close)
+
+
+def close_progress(tuner: tune.Tuner) -> None:
+    """Stop the live table of `make_tuner`'s `SweepProgress`. Tune calls `on_experiment_end` only
+    when the search ends normally: a search that raised would leave the table redrawing under the
+    error lines until the process exits."""
+    local = tuner._local_tuner
+    for callback in (local._run_config.callbacks or []) if local is not None else []:
+        if isinstance(callback, SweepProgress):
+            callback.close()

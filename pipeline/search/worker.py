@@ -70,7 +70,9 @@ def _distributed(resources: ResourcesConfig, preset: dict[str, Any] | None) -> D
     world, rank = context.get_world_size(), context.get_world_rank()
     if resources.use_gpu:
         require_cuda_on_every_rank(world, rank)
-        device = ray.train.torch.get_device()
+        from ray.train.torch import get_device
+
+        device = get_device()
         torch.cuda.set_device(device)
     else:
         device = torch.device("cpu")

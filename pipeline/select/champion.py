@@ -14,8 +14,13 @@ report and the Pareto selection read the budget through them.
   the Pareto front: only it is registered, so only it can carry the alias) within the budget;
   ties go to the faster configuration (mean latency).
 - `decide`: the alias moves only forward. A new champion must beat the current champion's metric
-  as recorded in that version's tags (same metric name), so re-running a sweep that came out
-  worse never silently replaces a better model. The one exception is the budget: a champion
+  on the same data, so re-running a sweep that came out worse never silently replaces a better
+  model. Every version records the dev set its `metric` was measured on (`pipeline.select.dev_set`:
+  task, label set, a digest of the rows); when the champion's was another one, the recorded
+  numbers are not compared: both versions are re-scored on this sweep's dev set (`Rescored`, done
+  by the registry) and those scores decide. A champion of another task, label set or metric never
+  competes: the alias stays, and moving it is a decision for a person (`drydock promote`).
+  The one exception to "better on the same data" is the budget: a champion
   whose recorded latency or speedup is outside the *current* sweep's budget gives way to this
   sweep's champion (which is within it) whatever the metrics; if this sweep has no champion, the
   alias stays and `decide_without_candidate` says the champion is outside the budget.
@@ -30,6 +35,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from pipeline.config import SelectionConfig
+from pipeline.select.dev_set import DATA_TAG, LABELS_TAG, TASK_TAG
 
 CHAMPION = "champion"  # the registry alias consumers load: models:/<name>@champion
 
@@ -63,13 +69,13 @@ def budget_breaches(latency_ms: float | None, speedup: float | None, budget: Sel
     if _missing(latency_ms):
         if unknown_breaks:
             broken.append("latency not measured")
-    elif max_latency is not None and latency_ms > max_latency:
+    elif max_latency is not None and latency_ms is not None and latency_ms > max_latency:
         broken.append(f"latency {latency_ms:.2f} ms > {max_latency:g} ms")
     if min_speedup is not None:
         if _missing(speedup):
             if unknown_breaks:
                 broken.append("speedup not measured")
-        elif speedup < min_speedup:
+        elif speedup is not None and speedup < min_speedup:
             broken.append(f"speedup {speedup:.2f}× < {min_speedup:g}×")
     return broken
 
@@ -129,24 +135,67 @@ def outside_budget(tags: dict[str, str], budget: SelectionConfig | None) -> str 
     return " and ".join(broken) or None
 
 
+def incomparable(candidate_tags: dict[str, str], current_tags: dict[str, str]) -> str | None:
+    """Why these two versions cannot compete at all (another metric, task or label set); None when
+    they can. A tag one of them lacks (a version registered before drydock recorded it) is not a
+    difference: re-scoring it on this sweep's dev set settles whether it answers in these labels."""
+    by_hand = "promote by hand if intended"
+    if candidate_tags.get("metric_name") != current_tags.get("metric_name"):
+        return (f"the champion is scored by {current_tags.get('metric_name')!r} and this candidate by "
+                f"{candidate_tags.get('metric_name')!r}: not comparable, {by_hand}")
+    for key, what in ((TASK_TAG, "task"), (LABELS_TAG, "label set")):
+        mine, theirs = candidate_tags.get(key), current_tags.get(key)
+        if mine is not None and theirs is not None and mine != theirs:
+            return (f"the champion was trained for the {what} {theirs} and this candidate for {mine}: "
+                    f"another {what} never competes, {by_hand}")
+    return None
+
+
+def needs_rescore(candidate_tags: dict[str, str], current_tags: dict[str, str]) -> bool:
+    """The champion's recorded metric was measured on other rows than the candidate's (or on rows
+    it does not record), so the recorded numbers say nothing about each other."""
+    data = candidate_tags.get(DATA_TAG)
+    return data is not None and current_tags.get(DATA_TAG) != data
+
+
+@dataclass(frozen=True)
+class Rescored:
+    """Both versions scored on this sweep's dev set by one procedure (the registry consumer's)."""
+
+    candidate: float
+    champion: float
+    data: str  # the dev set, as `DevSet.describe` words it
+
+
 def beats_champion(candidate_tags: dict[str, str], current_tags: dict[str, str] | None,
-                   budget: SelectionConfig | None = None) -> tuple[bool, str]:
+                   budget: SelectionConfig | None = None, rescored: Rescored | None = None) -> tuple[bool, str]:
     """(move?, why). The candidate is within `budget` (the current sweep's) by construction; a
-    champion outside it gives way whatever the metrics."""
+    comparable champion outside it gives way whatever the metrics. `rescored`: the two scores on
+    this sweep's dev set, given when `needs_rescore`; without them the recorded metrics decide."""
     if current_tags is None:
         return True, "no champion yet"
-    if candidate_tags.get("metric_name") != current_tags.get("metric_name"):
-        return False, (f"the champion is scored by {current_tags.get('metric_name')!r} and this candidate by "
-                       f"{candidate_tags.get('metric_name')!r}: not comparable, promote by hand if intended")
+    reason = incomparable(candidate_tags, current_tags)
+    if reason is not None:
+        return False, reason
     outside = outside_budget(current_tags, budget)
     if outside is not None:
         return True, f"the champion is outside this sweep's latency budget ({outside})"
+    name = candidate_tags.get("metric_name")
+    if rescored is not None:
+        recorded = tag_number(current_tags.get("metric"))
+        was = "" if math.isnan(recorded) else f"; it recorded {recorded:.4f} on other data"
+        where = f"on this sweep's dev set ({rescored.data})"
+        if math.isnan(rescored.champion) and not math.isnan(rescored.candidate):
+            return True, f"the champion's {name} is not a number {where}; this candidate's is {rescored.candidate:.4f}"
+        if rescored.candidate > rescored.champion:
+            return True, f"{name} {rescored.candidate:.4f} beats the champion's {rescored.champion:.4f} {where}{was}"
+        return False, f"{name} {rescored.candidate:.4f} does not beat the champion's {rescored.champion:.4f} {where}{was}"
     new, old = tag_number(candidate_tags.get("metric")), tag_number(current_tags.get("metric"))
     if math.isnan(old):
         return True, "the champion has no recorded metric"
     if new > old:
-        return True, f"{candidate_tags.get('metric_name')} {new:.4f} beats the champion's {old:.4f}"
-    return False, f"{candidate_tags.get('metric_name')} {new:.4f} does not beat the champion's {old:.4f}"
+        return True, f"{name} {new:.4f} beats the champion's {old:.4f}"
+    return False, f"{name} {new:.4f} does not beat the champion's {old:.4f}"
 
 
 @dataclass
@@ -158,11 +207,11 @@ class ChampionDecision:
 
 
 def decide(candidate: str, candidate_tags: dict[str, str], current: str | None, current_tags: dict[str, str] | None,
-           budget: SelectionConfig | None = None) -> ChampionDecision:
+           budget: SelectionConfig | None = None, rescored: Rescored | None = None) -> ChampionDecision:
     """Whether the alias moves from version `current` (None: no champion yet) to `candidate`."""
     if current == candidate:
         return ChampionDecision(False, current, current, "already the champion")
-    move, reason = beats_champion(candidate_tags, current_tags, budget)
+    move, reason = beats_champion(candidate_tags, current_tags, budget, rescored)
     return ChampionDecision(True, candidate, current, reason) if move else ChampionDecision(False, current, current, reason)
 
 

@@ -123,19 +123,34 @@ def labelled_split(spec: SweepSpec, split: str):
     return subsample(raw[split], spec.task.max_eval_samples, spec.task.sample_seed)
 
 
+def with_label_names(spec: SweepSpec) -> SweepSpec:
+    """A custom hub task may leave its label names to the dataset's ClassLabel column: the sweep
+    pins them into the spec it hands on (`pipeline.prepare.data.pinned_task`), and so does
+    `drydock eval` for a spec as the user wrote it, so predicted names map to the same indices."""
+    from pipeline.prepare.data import pinned_task
+
+    cfg = spec.task
+    if cfg.label_names is None and not cfg.regression and cfg.name not in GLUE_TASKS and cfg.resolved_source() == "hub":
+        return spec.model_copy(update={"task": pinned_task(cfg)})
+    return spec
+
+
 def _test_split(spec: SweepSpec):
-    """Only a files source can have a labelled test split (task.files.test)."""
+    """A files source's `task.files.test`, or the hub split `task.splits.test` names."""
     from pipeline.prepare.data import load_test_split
 
     cfg = spec.task
     source = cfg.resolved_source()
+    if source == "hub" and cfg.splits is not None and cfg.splits.test is not None:
+        return load_test_split(cfg)
     if source in ("hub", "glue_dir") and cfg.name in GLUE_TASKS:
         raise DrydockError(
             f"--split test: GLUE's {cfg.name} test split has no labels (the GLUE server scores it), so it cannot be "
             f"scored here; use --split dev"
         )
     if source != "files" or cfg.files is None or not cfg.files.test:
-        raise DrydockError(f"--split test: task {cfg.name} has no test split (set task.files.test to a labelled file)")
+        raise DrydockError(f"--split test: task {cfg.name} has no test split (set task.files.test to a labelled file, "
+                           "or task.splits.test to a hub dataset's split)")
     return load_test_split(cfg)
 
 
@@ -167,11 +182,15 @@ def label_indices(predicted: pd.Series, label_names: tuple[str, ...]) -> np.ndar
 # ----------------------------------------------------------------------------------------------
 
 
-def evaluate(ref: str, spec: SweepSpec, split: str = "dev", tracking_uri: str | None = None) -> EvalResult:
+def evaluate(ref: str, spec: SweepSpec, split: str = "dev", tracking_uri: str | None = None, rows=None) -> EvalResult:
+    """`rows`: the split's rows when the caller has read them already (the select stage scores
+    several versions on one dev set)."""
     from pipeline.prepare.data import task_spec
 
+    spec = with_label_names(spec)
     task = task_spec(spec.task)
-    rows = labelled_split(spec, split)  # a missing or unlabelled split fails before any model loads
+    if rows is None:
+        rows = labelled_split(spec, split)  # a missing or unlabelled split fails before any model loads
     predict = load_predictor(ref, spec.task.max_seq_length, tracking_uri)
     predictions = predict(model_inputs(rows))
     if len(predictions) != len(rows):

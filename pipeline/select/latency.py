@@ -450,8 +450,9 @@ def _get(ray, ref) -> Any:
     try:
         return ray.get(ref)
     except Exception as e:
-        if isinstance(getattr(e, "cause", None), DrydockError):
-            raise e.cause from None
+        cause = getattr(e, "cause", None)
+        if isinstance(cause, DrydockError):
+            raise cause from None
         raise
 
 
@@ -562,7 +563,9 @@ def _run_queue(ray, actor_error: type[BaseException], actors: dict[str, Any], de
     teacher_pending: set[str] = set()
 
     def submit(node_id: str, key: str) -> None:
-        address, location = _address(teacher if key == TEACHER else students[key], store)
+        path = teacher if key == TEACHER else students[key]
+        assert path is not None  # the teacher is queued only when there is one
+        address, location = _address(path, store)
         inflight[actors[node_id].measure.remote(address, location)] = (node_id, key)
         tries[key] += key != TEACHER
 
@@ -616,7 +619,7 @@ def _address(path: Path, store: WorkStore | None) -> tuple[str, str | None]:
     from: the store's address when the location is a URI (the node may not see this one's
     disk), else the path."""
     key = store.key_of(path) if store is not None and store.is_remote else None
-    return (str(path), None) if key is None else (store.uri(key), store.location)
+    return (str(path), None) if store is None or key is None else (store.uri(key), store.location)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -43,7 +43,7 @@ import json
 import math
 from dataclasses import dataclass
 from functools import cache
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -143,13 +143,14 @@ def _configurations(frame: pd.DataFrame) -> pd.DataFrame:
 def served_row(group: pd.DataFrame) -> pd.Series:
     """The seed of one configuration whose export the registry gets: the best metric (the first
     such row on a tie). One function, so what is timed and what is registered cannot drift apart."""
-    return group.loc[group["metric"].astype("float64").idxmax()]
+    # pandas-stubs types idxmax's label as Hashable, which none of .loc's overloads takes
+    return group.loc[group["metric"].astype("float64").idxmax()]  # type: ignore[call-overload]
 
 
 def served_trials(frame: pd.DataFrame) -> dict[str, str]:
     """config_key → trial_id of the export the registry would serve for that configuration."""
     rows = _configurations(frame)
-    return {key: str(served_row(group)["trial_id"]) for key, group in rows.groupby("config_key", sort=False)}
+    return {str(key): str(served_row(group)["trial_id"]) for key, group in rows.groupby("config_key", sort=False)}
 
 
 def served_by(frame: pd.DataFrame) -> dict[str, str]:
@@ -190,7 +191,7 @@ def aggregate(frame: pd.DataFrame) -> pd.DataFrame:
         metric = group["metric"].astype("float64")
         out.append({
             "config_key": key,
-            "config": labels[key],
+            "config": labels[str(key)],
             "method": str(best["method"]),
             "params": best["params"],
             "n": len(group),
@@ -241,7 +242,8 @@ def pareto_mask(values: np.ndarray, maximize: list[bool]) -> np.ndarray:
     if values.ndim != 2 or values.shape[1] != len(maximize):
         raise ValueError(f"values of shape {values.shape} do not match {len(maximize)} objectives")
     cost = np.where(np.asarray(maximize), -values, values)  # minimise everything
-    valid = ~np.isnan(cost).any(axis=1)
+    # a 2-D array's any(axis=1) is an array; numpy types it as scalar or array
+    valid = cast(np.ndarray, ~np.isnan(cost).any(axis=1))
     mask = valid.copy()
     for i in np.flatnonzero(valid):
         others = cost[valid]

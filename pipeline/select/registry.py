@@ -19,19 +19,25 @@ model config before loading it, and does tokenizer → model → softmax itself 
 columns); `flavor="auto"` also falls back to it when the transformers flavor refuses a stock
 student. Before either, the folder's code is checked against its `drydock.json`
 (`pipeline.prepare.remote_code`); the trial's run is tagged `drydock.code_sha256` and the
-version `code_sha256`.
+version `code_sha256`. The export's model card (`pipeline.prepare.model_card`, with the latency the
+select stage measured) is logged with the model as its `README.md`, whatever the flavor.
 
 When the `champion` alias moves is the policy of `pipeline.select.champion` (pure functions of
 the versions' tags); this module reads the tags, asks it, and moves the alias. `drydock
-promote` moves the alias by hand.
+promote` moves the alias by hand. Every version is tagged with the dev set its `metric` was
+measured on (`pipeline.select.dev_set`: `eval_task`, `eval_labels`, `eval_data`, `eval_split`,
+`eval_examples`); when the champion's differs from this sweep's, both versions are re-scored on
+this sweep's dev set through the consumer's loader (`rescore`, given by the select stage) and
+each score is kept on its version as `metric_on.<eval_data>`, so a version is scored once per
+dev set and every number in the tags says which rows it came from.
 """
 
 from __future__ import annotations
 
 import json
-import logging
 import math
 import os
+import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -39,14 +45,27 @@ from pathlib import Path
 from typing import Any, Literal
 
 import mlflow
+from huggingface_hub import ModelCard
 from mlflow import MlflowClient
 from mlflow.entities.model_registry import ModelVersion
 from mlflow.exceptions import MlflowException
 
 from pipeline.config import SelectionConfig
 from pipeline.errors import DrydockError
+from pipeline.prepare.model_card import CARD_FILE, read_card
 from pipeline.prepare.remote_code import CODE_DIGEST_KEY, CODE_FILES_KEY, combined_digest, recorded_code, remote_code
-from pipeline.select.champion import CHAMPION, ChampionDecision, decide, decide_without_candidate, tag_number
+from pipeline.select.champion import (
+    CHAMPION,
+    ChampionDecision,
+    Rescored,
+    decide,
+    decide_without_candidate,
+    incomparable,
+    needs_rescore,
+    outside_budget,
+    tag_number,
+)
+from pipeline.select.dev_set import DevSet
 
 PYFUNC_MODULE = Path(__file__).with_name("student_pyfunc.py")
 Flavor = Literal["auto", "transformers", "pyfunc"]
@@ -73,7 +92,8 @@ def tracking(uri: str) -> Iterator[None]:
     try:
         yield
     finally:
-        mlflow.set_tracking_uri(saved_tracking)
+        # restores mlflow's own unset state (None) too: set_tracking_uri is typed str | Path only
+        mlflow.set_tracking_uri(saved_tracking)  # type: ignore[arg-type]
         registry_utils._registry_uri = saved_registry
         for key, value in saved_env.items():
             if value is None:
@@ -112,21 +132,21 @@ def text_classifier(folder: Path):
 # ----------------------------------------------------------------------------------------------
 
 
-class _NoHubCardWarning(logging.Filter):
-    """A student is a local folder with no hub repository: MLflow's attempt to fetch its model
-    card always fails (and would need the network), and with no card it cannot find a license
-    either (it writes a generic LICENSE.txt and warns). Both warnings are noise repeated for every
-    registered student; the teacher a student derives from (and so its license) is in the run's
-    parameters and the model version's tags."""
-
-    NOISE = ("model card could not be retrieved", "Unable to find license information")
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        message = record.getMessage()
-        return not any(n in message for n in self.NOISE)
-
-
-logging.getLogger("mlflow.transformers").addFilter(_NoHubCardWarning())
+def _log_card(card: ModelCard, model_id: str, run_id: str) -> None:
+    """Our model card as `README.md` at the root of the logged model, whatever the flavor (the
+    transformers flavor also keeps it as `model_card.md`/`model_card_data.yaml`, the pyfunc's
+    student folder as `student/README.md`), and in the trial run's copy of the student folder,
+    which the recorder uploaded before the select stage measured the latency the card now gives."""
+    client = MlflowClient(mlflow.get_tracking_uri())
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / CARD_FILE
+            path.write_text(card.content, encoding="utf-8")
+            client.log_model_artifact(model_id, str(path))
+            if any(f.path == f"student/{CARD_FILE}" for f in client.list_artifacts(run_id, "student")):
+                client.log_artifact(run_id, str(path), "student")
+    except Exception as e:  # noqa: BLE001 - the model is logged: a missing card must not leave it unregistered
+        print(f"warning: registry: the model card could not be uploaded ({type(e).__name__}: {e}); registering without it")
 
 
 def log_student(
@@ -161,22 +181,29 @@ def _log_student(folder: Path, run_id: str, *, max_length: int | None, pair: boo
                            "trust_remote_code unchecked in every consumer; log it with flavor 'pyfunc' or 'auto'")
     code = recorded_code(folder) if custom else None
     example = PAIR_EXAMPLE if pair else SINGLE_EXAMPLE
+    # the export's own card: given to the transformers flavor, MLflow writes it instead of fetching
+    # one from the hub for the folder's path (which warned, offline or not, for every student)
+    card = read_card(folder)
     with mlflow.start_run(run_id=run_id):  # resumes the trial's run; log_student restores its ending
         if code:
             mlflow.set_tag(CODE_RUN_TAG, combined_digest(code))
         if flavor in ("auto", "transformers") and not custom:
             try:
                 config = {"truncation": True, "max_length": max_length} if max_length else {"truncation": True}
+                # an absolute path: MLflow still asks the hub for a LICENSE of `name_or_path`, which a
+                # relative `a/b` would look like a repository id for; an absolute one is refused offline
                 info = mlflow.transformers.log_model(
-                    text_classifier(folder), name="model", task="text-classification", input_example=example,
-                    pip_requirements=pip_requirements(), model_config=config,
+                    text_classifier(Path(folder).absolute()), name="model", task="text-classification",
+                    input_example=example, pip_requirements=pip_requirements(), model_config=config, model_card=card,
                 )
-                return info.model_uri, "transformers"
             except Exception as e:
                 if flavor == "transformers":
                     raise
                 log(f"registry: the transformers flavor cannot log {folder} ({type(e).__name__}: {e}); "
                     "logging it as a pyfunc model instead")
+            else:  # outside the try: a failed card upload must not log the model a second time as a pyfunc
+                _log_card(card, info.model_id, run_id)
+                return info.model_uri, "transformers"
         model_config: dict[str, Any] = {"max_length": max_length} if max_length else {}
         if code:  # what the pyfunc checks the folder against in the consumer's process
             model_config.update({CODE_FILES_KEY: code, CODE_DIGEST_KEY: combined_digest(code)})
@@ -184,6 +211,7 @@ def _log_student(folder: Path, run_id: str, *, max_length: int | None, pair: boo
             name="model", python_model=str(PYFUNC_MODULE), artifacts={"student": str(folder)},
             model_config=model_config, input_example=example, pip_requirements=pip_requirements(),
         )
+        _log_card(card, info.model_id, run_id)
         return info.model_uri, "pyfunc"
 
 
@@ -231,13 +259,49 @@ def champion_version(client: MlflowClient, name: str) -> ModelVersion | None:
         return None
 
 
-def update_champion(client: MlflowClient, name: str, version: ModelVersion, budget: SelectionConfig | None = None) -> ChampionDecision:
+RESCORE_TAG = "metric_on.{}"  # a version's score on another dev set, keyed by that set's `eval_data`
+
+Rescore = Callable[[str], float]  # version → its primary metric on this sweep's dev set
+
+
+def update_champion(client: MlflowClient, name: str, version: ModelVersion, budget: SelectionConfig | None = None,
+                    dev: DevSet | None = None, rescore: Rescore | None = None) -> ChampionDecision:
+    """Offer `version` the alias. With `dev` and `rescore`, a comparable champion whose metric was
+    measured on other data is re-scored, with the candidate, on this sweep's dev set first."""
     current = champion_version(client, name)
-    decision = decide(str(version.version), version.tags, str(current.version) if current is not None else None,
-                      current.tags if current is not None else None, budget)
+    candidate = str(version.version)
+    rescored = None
+    if (current is not None and str(current.version) != candidate and dev is not None and rescore is not None
+            and needs_rescore(version.tags, current.tags) and incomparable(version.tags, current.tags) is None
+            and outside_budget(current.tags, budget) is None):
+        scores = {}
+        for role, judged in (("candidate", version), ("champion", current)):
+            try:
+                scores[role] = score_on(client, name, judged, dev, rescore)
+            except Exception as e:  # noqa: BLE001 - a pair that cannot be judged leaves the alias; a person decides
+                first = str(e).splitlines()[0] if str(e) else ""
+                return ChampionDecision(False, str(current.version), str(current.version),
+                                        f"the {role} v{judged.version} could not be scored on this sweep's dev set "
+                                        f"({type(e).__name__}: {first}); the champion keeps the alias: check it, or "
+                                        "promote by hand")
+        rescored = Rescored(candidate=scores["candidate"], champion=scores["champion"], data=dev.describe())
+    decision = decide(candidate, version.tags, str(current.version) if current is not None else None,
+                      current.tags if current is not None else None, budget, rescored)
     if decision.moved:
-        client.set_registered_model_alias(name, CHAMPION, str(version.version))
+        client.set_registered_model_alias(name, CHAMPION, candidate)
     return decision
+
+
+def score_on(client: MlflowClient, name: str, version: ModelVersion, dev: DevSet, rescore: Rescore) -> float:
+    """`version`'s metric on `dev`: the one it recorded for those rows, else scored now and
+    recorded (the export does not change, so neither does its score on the same rows)."""
+    key = RESCORE_TAG.format(dev.fingerprint)
+    recorded = tag_number(version.tags.get(key))
+    if not math.isnan(recorded):
+        return recorded
+    value = float(rescore(str(version.version)))
+    client.set_model_version_tag(name, str(version.version), key, repr(value))
+    return value
 
 
 def promote(client: MlflowClient, name: str, version: str) -> str | None:
@@ -399,12 +463,16 @@ def register_front(
     budget: SelectionConfig | None = None,
     log: Callable[[str], None] = print,
     localize: Callable[[str], Path] = Path,
+    dev: DevSet | None = None,
+    rescore: Rescore | None = None,
 ) -> RegistryOutcome:
     """Register each Pareto configuration's best-seed export (once), tag it, then offer the
     champion configuration's version the alias. `front` and `champion` come from
     `pipeline.select.pareto.select` under `budget` (the sweep's `selection`), against which the current
     champion is checked too; `measurements` maps trial_id → latency Measurement. `localize`: a
-    student path of the table (a work location's URI) as a folder of this machine."""
+    student path of the table (a work location's URI) as a folder of this machine. `dev`: the dev
+    set the front's metrics were measured on (recorded in every version's tags); `rescore`
+    scores a version of `name` on it, for a champion measured on other data."""
     client = client_for(uri)
     outcome = RegistryOutcome()
     with tracking(uri):
@@ -415,6 +483,8 @@ def register_front(
                 log(f"registry: {config['config']}: student folder {config['best_student_path']} is missing; not registered")
                 continue
             tags = version_tags(config.to_dict(), sweep, measurements.get(config["best_trial_id"]), student_metadata(folder))
+            if dev is not None:
+                tags.update(dev.tags())
             existing = find_version(client, name, str(config["best_student_path"]))
             if existing is not None:
                 for key, value in tags.items():  # more seeds may have moved the mean since
@@ -434,7 +504,7 @@ def register_front(
                 f"the {CHAMPION} alias is left alone")
         elif champion is not None:
             version = client.get_model_version(name, outcome.versions[champion["config_key"]])
-            outcome.decision = update_champion(client, name, version, budget)
+            outcome.decision = update_champion(client, name, version, budget, dev, rescore)
             verb = "moved to" if outcome.decision.moved else "stays on"
             log(f"registry: {CHAMPION} {verb} v{outcome.decision.version} ({outcome.decision.reason})")
         if champion is None and (current := champion_version(client, name)) is not None:

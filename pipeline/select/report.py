@@ -207,12 +207,16 @@ def best_per_method(chosen: Selection) -> pd.DataFrame:
 
 
 def _metric_name(frame: pd.DataFrame) -> str:
-    names = frame["metric_name"].dropna().astype(str).unique() if len(frame) else []
+    if not len(frame):
+        return "metric"
+    names = frame["metric_name"].dropna().astype(str).unique()
     return names[0] if len(names) else "metric"
 
 
 def _teacher_metric(frame: pd.DataFrame) -> float | None:
-    values = frame["teacher_metric"].dropna() if len(frame) else []
+    if not len(frame):
+        return None
+    values = frame["teacher_metric"].dropna()
     return float(values.iloc[0]) if len(values) else None
 
 

@@ -15,9 +15,10 @@ It runs after the search, on the sweep's current results.parquet, in the sweep's
    sweep folder (the newest run's: `pipeline.select.report.publish_latest`), logged to the
    sweep's parent run with the updated results table;
 4. registry — each Pareto configuration's best seed becomes a model version, and the champion
-   alias moves only if the new champion beats the current one, or the current one is outside
+   alias moves only if the new champion beats the current one on the same dev set (re-scored on
+   this sweep's when the champion's numbers came from other rows), or the current one is outside
    this sweep's latency budget (the policy: `pipeline.select.champion`; the MLflow side:
-   `pipeline.select.registry`).
+   `pipeline.select.registry`; the dev set's identity: `pipeline.select.dev_set`).
 
 The files come before the registry so that a registry outage still leaves a complete,
 inspectable sweep folder.
@@ -33,9 +34,12 @@ import pandas as pd
 from pipeline import results as results_table
 from pipeline.config import SweepSpec
 from pipeline.prepare.data import task_spec
+from pipeline.prepare.model_card import write_card
+from pipeline.select.dev_set import DEV_SPLIT, DevSet, dev_set_of
+from pipeline.select.evaluate import evaluate, labelled_split
 from pipeline.select.latency import LatencyRecord, Measurement, Timings, fill_latency, measure_all, save_record
 from pipeline.select.pareto import latency_plan, select, served_by
-from pipeline.select.registry import register_front
+from pipeline.select.registry import Rescore, register_front
 from pipeline.select.report import ReportContext, ReportFiles, current_run_dir, publish_latest, write_report
 from pipeline.storage import WorkStore
 from pipeline.tracking import SweepTracker
@@ -87,6 +91,45 @@ def log_trial_latency(tracker: SweepTracker, frame: pd.DataFrame, students: dict
             tracker.set_tags(str(run_id), tags)
 
 
+def card_latency(frame: pd.DataFrame, students: dict[str, Path], measured: dict[str, Measurement]) -> None:
+    """Each timed export's model card gets its latency. The registry logs the card from this
+    folder; with a work location's URI, the card in the store keeps "not measured" (the report
+    and the version's tags have the figures)."""
+    speedups = dict(zip(frame["trial_id"].astype(str), frame["speedup"]))
+    for trial_id, measurement in measured.items():
+        if trial_id in students:
+            write_card(students[trial_id], measurement, speedup=speedups.get(trial_id))
+
+
+def judging(spec: SweepSpec, tracking_uri: str, log: Callable[[str], None]) -> tuple[DevSet | None, Rescore | None]:
+    """This sweep's dev set, and how to score a registered version on it (the consumer's loader,
+    `drydock eval`'s path), for the champion to be judged on the same rows as its challenger.
+    A dev set that cannot be read again (its source gone since the sweep prepared it) leaves the
+    versions without data tags and the decision on recorded figures, as before, and says so."""
+    try:
+        rows = labelled_split(spec, DEV_SPLIT)  # read as the sweep read them
+        dev, name = dev_set_of(spec, rows), spec.registered_model_name
+    except Exception as e:  # noqa: BLE001 - registering must not fail on it: fall back, and say so
+        log(f"registry: the dev set cannot be read again ({type(e).__name__}: {e}); versions are compared on their "
+            "recorded metrics")
+        return None, None
+
+    def rescore(version: str) -> float:
+        ref = f"models:/{name}/{version}"
+        result = evaluate(ref, spec, DEV_SPLIT, tracking_uri, rows=rows)
+        log(f"registry: {ref} scores {result.primary_metric} {result.metrics[result.primary_metric]:.4f} "
+            f"on this sweep's dev set ({dev.describe()})")
+        return result.metrics[result.primary_metric]
+
+    return dev, rescore
+
+
+def _kept_at(path: Path, store: WorkStore | None) -> str:
+    """Where `path` is kept: its address in the work location when that is a URI."""
+    key = store.key_of(path) if store is not None and store.is_remote else None
+    return str(path) if store is None or key is None else store.uri(key)
+
+
 def select_stage(
     spec: SweepSpec,
     workdir: Path,
@@ -112,6 +155,7 @@ def select_stage(
     timings = measure_all(students, settings, log, teacher=teacher_folder, store=store) if students else Timings()
     measured, teacher = timings.students, timings.teacher
     frame = fill_latency(frame, measured, timings.teachers)
+    card_latency(frame, students, measured)
 
     # 2. select, and rewrite the table with every selection column filled
     chosen = select(frame, spec.selection)
@@ -144,19 +188,19 @@ def select_stage(
     if chosen.champion is not None:
         summary.update({"champion/metric": float(chosen.champion["metric_mean"]), "champion/latency_ms": float(chosen.champion["best_latency_ms"])})
     tracker.log_parent(metrics=summary)
-    shown = (lambda p: store.uri(store.key_of(p))) if store is not None and store.is_remote else str  # where they will be kept
+    shown = lambda p: _kept_at(p, store)  # where they will be kept
     kept = f" (this run's own in {shown(run_dir)})" if run_dir is not None else ""
     log(f"select: {len(chosen.front)} Pareto configuration(s) of {len(chosen.configs)}; "
         f"report {shown(latest.markdown)}, plot {shown(latest.plot)}{kept}")
 
     # 4. registry
     if len(chosen.front):
+        dev, rescore = judging(spec, tracker.uri, log)
         outcome = register_front(
-            tracker.uri, spec.registered_model_name, chosen.front, chosen.champion,
-            sweep=spec.name, experiment_id=tracker.experiment_id, measurements=measured,
-            max_length=spec.task.max_seq_length, pair=task_spec(spec.task).is_pair, budget=spec.selection, log=log,
-            localize=store.localize if store is not None else Path,
-        )
+            tracker.uri, spec.registered_model_name, chosen.front, chosen.champion, sweep=spec.name,
+            experiment_id=tracker.experiment_id, measurements=measured, max_length=spec.task.max_seq_length,
+            pair=task_spec(spec.task).is_pair, budget=spec.selection, log=log,
+            localize=store.localize if store is not None else Path, dev=dev, rescore=rescore)
         if outcome.decision is not None and tracker.parent_id:
             tracker.set_tags(tracker.parent_id, {
                 "drydock.registered_model": spec.registered_model_name,

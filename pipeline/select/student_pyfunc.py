@@ -27,6 +27,7 @@ from pathlib import Path
 
 import mlflow
 import pandas as pd
+from mlflow.pyfunc import PythonModel  # `mlflow.pyfunc` is a LazyLoader to a type checker
 
 
 class CodeMismatch(RuntimeError):
@@ -109,7 +110,7 @@ def _rows(model_input) -> list[tuple[str, str | None]]:
     return rows
 
 
-class StudentTextClassifier(mlflow.pyfunc.PythonModel):
+class StudentTextClassifier(PythonModel):
     def load_context(self, context) -> None:
         from transformers import AutoModelForSequenceClassification, AutoTokenizer
 

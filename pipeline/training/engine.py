@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -76,16 +76,18 @@ def lr_factor(step: int, steps: int, warmup_steps: int, schedule: str) -> float:
 
 
 def build_optimizer(groups: list[ParamGroup], phase: Phase, warmup_ratio: float):
-    torch_groups = [
+    torch_groups: list[dict[str, Any]] = [
         {"params": g.params, "lr": g.lr, "weight_decay": g.weight_decay, "maximize": g.maximize, "name": g.name}
         for g in groups
         if g.params
     ]
     optimizer = torch.optim.AdamW(torch_groups, lr=torch_groups[0]["lr"] if torch_groups else 1e-3)
     warmup = int(round(phase.steps * (phase.warmup_ratio if phase.warmup_ratio is not None else warmup_ratio)))
-    lambdas = [
-        (lambda s, sch=g.schedule: lr_factor(s, phase.steps, warmup, sch)) for g in groups if g.params
-    ]
+
+    def factor(schedule: Literal["linear", "constant"]) -> Callable[[int], float]:
+        return lambda s: lr_factor(s, phase.steps, warmup, schedule)
+
+    lambdas = [factor(g.schedule) for g in groups if g.params]
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambdas)
     return optimizer, scheduler
 
@@ -111,7 +113,7 @@ class TrainStep(nn.Module):
         self.model = method.model
         self._method = [method]  # a list, so nn.Module does not register it
 
-    def forward(self, batch: dict[str, torch.Tensor], progress: Progress) -> dict[str, torch.Tensor]:
+    def forward(self, batch: dict[str, torch.Tensor], progress: Progress) -> Mapping[str, torch.Tensor]:
         method = self._method[0]
         return check_loss_terms(method.loss(batch, progress), method.name)
 
@@ -136,6 +138,8 @@ class Engine:
     """One optimizer step's mechanics for plain, DDP and DeepSpeed training."""
 
     def __init__(self, method: Method, groups: list[ParamGroup], phase: Phase, train: TrainConfig, dist: Distributed, micro_batch: int):
+        model = method.model
+        assert model is not None  # the loop calls method.build() first
         self.dist, self.train = dist, train
         self.step_module = step_module = TrainStep(method)
         self.optimizer, self.scheduler = build_optimizer(groups, phase, train.warmup_ratio)
@@ -157,15 +161,15 @@ class Engine:
                 # checkpointed is whole and full precision.
                 trained = {id(p) for p in self.trainable}
                 # (on the CPU: on a GPU they would take the memory ZeRO-3 is there to save)
-                self._full_precision_frozen = [(p, p.detach().to("cpu", copy=True)) for p in method.model.parameters()
+                self._full_precision_frozen = [(p, p.detach().to("cpu", copy=True)) for p in model.parameters()
                                                if id(p) not in trained]
             if self.partitioned:
                 # ZeRO-3 turns each parameter into a partitioned one by setting attributes on it
                 # (ds_id, ds_tensor, all_gather, ...), and each module by setting others (hooks'
                 # autograd functions whose closures hold the engine): what was there before is
                 # what `close` keeps
-                self._plain_attributes = [(p, set(p.__dict__)) for p in method.model.parameters()]
-                self._plain_attributes += [(m, set(m.__dict__)) for m in method.model.modules()]
+                self._plain_attributes = [(p, set(p.__dict__)) for p in model.parameters()]
+                self._plain_attributes += [(m, set(m.__dict__)) for m in model.modules()]
             self.deepspeed, self.optimizer, _, self.scheduler = deepspeed.initialize(
                 model=step_module, optimizer=self.optimizer, lr_scheduler=self.scheduler, config=config
             )
@@ -179,7 +183,7 @@ class Engine:
             self.module = DistributedDataParallel(step_module, device_ids=device_ids, find_unused_parameters=True)
         else:
             self.module = step_module
-        self.model = method.model
+        self.model = model
         self.autocast = _autocast(train, dist)
         self.bounded = [(g.params, g.bounds) for g in groups if g.bounds is not None and g.params]
 
@@ -205,7 +209,7 @@ class Engine:
             value = safe_get_full_fp32_param(p)
             value = value if value is not None else self._unfused.get(id(p))
             if value is None:
-                raise RuntimeError(f"DeepSpeed's {type(self.deepspeed.optimizer).__name__} holds no float32 master of a "
+                raise RuntimeError(f"DeepSpeed's {type(getattr(self.deepspeed, 'optimizer', None)).__name__} holds no float32 master of a "
                                    "trained parameter")
             # to the CPU at once: the whole student at fp32 beside the GPU's slices would defeat ZeRO-3
             masters.append((p, value.detach().to("cpu", dtype=torch.float32, copy=True)))
@@ -275,8 +279,8 @@ class Engine:
                     master = safe_get_local_fp32_param(p)
                     if master is not None:  # a copy where the optimizer is offloaded: set it back
                         safe_set_local_fp32_param(p, master.clamp(low, high))
-                elif getattr(p, "_hp_mapping", None) is not None:  # ZeRO 1-2: this rank's fragment
-                    p._hp_mapping.get_hp_fragment().data.clamp_(low, high)
+                elif (mapping := getattr(p, "_hp_mapping", None)) is not None:  # ZeRO 1-2: this rank's fragment
+                    mapping.get_hp_fragment().data.clamp_(low, high)
                 elif id(p) in self._unfused:  # ZeRO 0 under bf16
                     self._unfused[id(p)].data.clamp_(low, high)
 

@@ -9,6 +9,9 @@ gives the same logits as the trained model's `eval_model()` on a batch of real d
 `_pruned_bert.py`) that is exactly the code recorded at export: `save_student` writes the
 digests of the folder's `.py` files into `drydock.json`, and `pipeline.prepare.remote_code`
 checks them, here in drydock, before the fresh process imports anything.
+
+Every export also carries its model card, `README.md` (`pipeline.prepare.model_card`): a folder
+copied out of drydock still says what it is, how it was measured and what it was not tested on.
 """
 
 from __future__ import annotations
@@ -26,14 +29,17 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from methods import get_method
 from methods.base import Method, TaskInfo, logits_of
 from pipeline.errors import DrydockError
+from pipeline.prepare.model_card import write_card
 from pipeline.prepare.remote_code import code_record, remote_code
 from pipeline.prepare.stage import Prepared
 from pipeline.training.batches import collate
 
 # method, parameters, metrics, teacher, data fingerprint and, for a hub teacher or hub data, the
-# commit each was loaded at (`teacher_revision`, `data_revision`): what a registry version is tagged with
+# commit each was loaded at (`teacher_revision`, `data_revision`): what a registry version is tagged with;
+# also the task's name and the method's summary, which the model card (README.md) is rendered from
 METADATA_FILE = "drydock.json"
 VERIFY_ATOL = 1e-4
 VERIFY_FILE = "verify.safetensors"  # the reference batch and logits, beside a trial's student
@@ -79,6 +85,21 @@ def label_config(model: PreTrainedModel, task: TaskInfo) -> None:
     model.config.label2id = {n: i for i, n in enumerate(names)}
 
 
+def method_facts(name: str | None, params: dict[str, Any] | None) -> dict[str, Any]:
+    """What the model card says of the method (its one-line summary, whether it learned from the
+    teacher), kept in drydock.json because the card is rendered again later from the folder
+    alone, by the select stage, which may not reach the method registry through training."""
+    try:
+        cls = get_method(str(name))
+    except (KeyError, TypeError, ImportError):  # a method whose plugin is gone: the card names it only
+        return {}
+    try:
+        uses_teacher = cls.needs_teacher(cls.Params.model_validate(params or {}))
+    except ValueError:
+        uses_teacher = cls.uses_teacher
+    return {"method_summary": cls.summary, "uses_teacher": bool(uses_teacher)}
+
+
 def save_student(
     model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
@@ -86,13 +107,18 @@ def save_student(
     task: TaskInfo,
     metadata: dict[str, Any],
 ) -> Path:
+    """The folder a consumer gets: weights, tokenizer, drydock.json and the model card
+    (README.md, without latency until the select stage has timed it)."""
     folder.mkdir(parents=True, exist_ok=True)
-    model = model.to("cpu").eval()
+    # transformers declares PreTrainedModel.to with functools.wraps(nn.Module.to): mypy sees the unbound signature
+    model = model.to("cpu").eval()  # type: ignore[arg-type]
     label_config(model, task)
     model.save_pretrained(folder, safe_serialization=True)
     tokenizer.save_pretrained(folder)
-    metadata = {**metadata, **code_record(folder)}  # the digests of its custom code, if it ships any
+    facts = {"task": task.name, **method_facts(metadata.get("method"), metadata.get("params"))}
+    metadata = {**facts, **metadata, **code_record(folder)}  # the digests of its custom code, if it ships any
     (folder / METADATA_FILE).write_text(json.dumps(metadata, indent=2, sort_keys=True, default=str))
+    write_card(folder)  # after drydock.json, which it is rendered from; README.md is no code, so no digest covers it
     return folder
 
 
@@ -135,6 +161,9 @@ class Verifier:
             [sys.executable, "-I", "-c", _VERIFY_SCRIPT], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             stderr=subprocess.PIPE, text=True, env=env, cwd=self._tmp.name,
         )
+        # all three are pipes (subprocess.PIPE); Popen types each as optional
+        assert self._proc.stdin is not None and self._proc.stdout is not None and self._proc.stderr is not None
+        self._stdin, self._stdout, self._stderr = self._proc.stdin, self._proc.stdout, self._proc.stderr
         self._count = 0
         # Not waited for here: a sweep starts its verifier beside the first trials, and Tune's
         # event loop (which runs our callback) waits only if an export is ready before the verifier.
@@ -143,13 +172,13 @@ class Verifier:
     def _wait_ready(self) -> None:
         if not self._ready:
             if self._readline() != "ready":
-                raise ExportMismatch(f"the verification process did not start:\n{self._proc.stderr.read()[-2000:]}")
+                raise ExportMismatch(f"the verification process did not start:\n{self._stderr.read()[-2000:]}")
             self._ready = True
 
     def _readline(self) -> str:
-        line = self._proc.stdout.readline()
+        line = self._stdout.readline()
         if not line:
-            raise ExportMismatch(f"the verification process died:\n{self._proc.stderr.read()[-2000:]}")
+            raise ExportMismatch(f"the verification process died:\n{self._stderr.read()[-2000:]}")
         return line.strip()
 
     def logits(self, folder: Path, batch: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -162,8 +191,8 @@ class Verifier:
         batch_file = Path(self._tmp.name) / f"batch{self._count}.safetensors"
         out_file = Path(self._tmp.name) / f"logits{self._count}.safetensors"
         save_file({k: v.contiguous() for k, v in batch.items()}, str(batch_file))
-        self._proc.stdin.write(json.dumps([str(folder), str(batch_file), str(out_file), trust]) + "\n")
-        self._proc.stdin.flush()
+        self._stdin.write(json.dumps([str(folder), str(batch_file), str(out_file), trust]) + "\n")
+        self._stdin.flush()
         answer = json.loads(self._readline())
         if not answer["ok"]:
             raise ExportMismatch(f"{folder} does not load without drydock:\n{answer['error']}")
@@ -171,7 +200,7 @@ class Verifier:
 
     def close(self) -> None:
         if self._proc.poll() is None:
-            self._proc.stdin.close()
+            self._stdin.close()
             try:
                 self._proc.wait(timeout=10)
             except subprocess.TimeoutExpired:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import random
 import shutil
-import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -33,6 +32,7 @@ from pipeline.config import TrainConfig
 from pipeline.training.batches import BatchStream, steps_per_epoch, total_steps
 from pipeline.training.engine import Distributed, Engine, check_groups, diverged_ranks
 from pipeline.training.evaluation import evaluate
+from pipeline.training.progress import StepDisplay, display_mode
 from pipeline.training.shared import SharedWorkCache
 
 CHECKPOINT_FILE = "trainer_state.pt"
@@ -180,10 +180,13 @@ def run(
     log_every: int = 50,
     shared_root: Path | None = None,
     shared_scope: str = "",
+    progress_label: str = "train",
 ) -> LoopResult:
     """Train `method` and leave it holding its best selectable state (ready for export).
     `shared_root` and `shared_scope`: where work shared across trials is cached, and what those
-    trials have in common (pipeline/training/shared.py); without a root nothing is shared."""
+    trials have in common (pipeline/training/shared.py); without a root nothing is shared.
+    `progress_label`: what this run's progress is called where this process shows it
+    (`pipeline.training.progress`)."""
     dist = dist or Distributed()
     training = TrainingRun(method, train=train, dev=dev, task=task, dist=dist, reporter=reporter or LocalReporter(),
                            pad_id=pad_id, log_every=log_every)
@@ -192,7 +195,7 @@ def run(
         plan = training.build(train_set, unlabeled_set, seed, shared_root, shared_scope)
         training.resume(plan)
         started = time.perf_counter()
-        with training.progress_bar():
+        with training.progress_bar(progress_label):
             for phase_index in range(training.state.phase_index, len(plan)):
                 training.train_phase(plan, phase_index)
         return training.finish(time.perf_counter() - started)
@@ -214,7 +217,7 @@ class TrainingRun:
         self.streams: dict[str, BatchStream] = {}
         self.resuming: Resume | None = None
         self.best_is_current = False  # the latest evaluation is the best one (its state is best_state)
-        self.bar = None
+        self.display: StepDisplay | None = None
         self.shared: SharedWorkCache | None = None
         self.primary_key = f"eval/{task.primary_metric}"
 
@@ -227,8 +230,10 @@ class TrainingRun:
             method.ctx.unlabeled_steps_per_epoch = steps_per_epoch(len(unlabeled_set), train.batch_size)
         # the teacher is moved first: build() may copy its layers into the trainable module
         if method.ctx.teacher is not None:
-            method.ctx.teacher.to(dist.device).eval()
+            # transformers declares PreTrainedModel.to with functools.wraps(nn.Module.to): mypy sees the unbound signature
+            method.ctx.teacher.to(dist.device).eval()  # type: ignore[arg-type]
         method.build()
+        assert method.model is not None  # build() stores the module it returns
         method.model.to(dist.device)
         # before phases(): a method that loads another trial's work plans its producing phases with 0 steps
         self.shared = SharedWorkCache.open(method, shared_root, shared_scope, dist)
@@ -260,6 +265,7 @@ class TrainingRun:
             phase_index=saved["phase_index"], step=saved["step"], best_state=saved["best"],
             best_metrics=saved["best_metrics"], final_metrics=dict(saved["final_metrics"]), history=list(saved["history"]),
         )
+        assert self.shared is not None  # opened by build()
         for phase in plan[: self.state.phase_index]:
             self.shared.before_phase(phase)
             self.method.start_phase(phase)
@@ -273,6 +279,7 @@ class TrainingRun:
     # -- one phase ----------------------------------------------------------------------------
     def train_phase(self, plan: list[Phase], phase_index: int) -> None:
         method, phase = self.method, plan[phase_index]
+        assert self.shared is not None  # opened by build()
         self.shared.before_phase(phase)  # publishes shared work once its producing phases are done
         method.start_phase(phase)
         if phase.steps == 0:  # e.g. MiniLM's distillation when another trial already did it
@@ -280,6 +287,7 @@ class TrainingRun:
         resuming, self.resuming = self.resuming, None
         if resuming is not None and resuming.mid_phase:
             method.load_state_dict(resuming.snapshot["method"])
+        assert method.model is not None  # made by build()
         method.model.to(self.dist.device)
         groups = method.param_groups(phase)
         check_groups(groups, phase, method.model)
@@ -288,9 +296,8 @@ class TrainingRun:
         if resuming is not None and resuming.mid_phase:
             engine.load(resuming.directory)
             first_step = resuming.phase_step
-        if self.bar is not None:
-            self.bar.n = self.state.step
-            self.bar.set_description(phase.name)
+        if self.display is not None:
+            self.display.phase(phase.name, self.state.step)
         try:
             for phase_step in range(first_step, phase.steps):
                 progress = Progress(self.state.step, self.planned, phase.name, phase_step, phase.steps)
@@ -328,8 +335,8 @@ class TrainingRun:
         engine.optimizer_step()
         self.method.after_optimizer_step(progress)
         self.state.step += 1
-        if self.bar is not None:
-            self.bar.update(1)
+        if self.display is not None:
+            self.display.advance(self.state.step)
 
     def log_row(self, engine: Engine, schedule_values: Mapping[str, float]) -> None:
         row = self.losses.take_row()
@@ -391,22 +398,25 @@ class TrainingRun:
 
     def report(self, metrics: dict[str, float], schedule_values: Mapping[str, float], save: Callable[[Path], None]) -> None:
         report = {**metrics, **{f"schedule/{k}": float(v) for k, v in schedule_values.items()}, **self.losses.take_since_eval()}
+        report["total_steps"] = float(self.planned)  # with `step`: how far the run is, for whoever shows its progress
+        if self.display is not None:
+            self.display.evaluated(self.primary_key, metrics[self.primary_key])
         self.reporter.report(report, save)
 
     # -- the end ------------------------------------------------------------------------------
     @contextmanager
-    def progress_bar(self) -> Iterator[None]:
-        """A tqdm bar on a terminal (rank 0, `train.progress_bar`); nothing in a log."""
-        if self.train.progress_bar and self.dist.is_main and sys.stderr.isatty():
-            from tqdm.auto import tqdm
-
-            self.bar = tqdm(total=self.planned, desc="train", unit="step", dynamic_ncols=True, leave=False)
+    def progress_bar(self, label: str) -> Iterator[None]:
+        """Rank 0's steps shown while it trains (`train.progress_bar`): a bar with the latest
+        metric on a terminal, a heartbeat line in a log, nothing where progress is not shown
+        (a Ray Train worker, `drydock -q`): `pipeline.training.progress.display_mode`."""
+        if self.train.progress_bar and self.dist.is_main and display_mode() != "off":
+            self.display = StepDisplay(label, self.planned)
         try:
             yield
         finally:
-            if self.bar is not None:
-                self.bar.close()
-                self.bar = None
+            if self.display is not None:
+                self.display.close()
+                self.display = None
 
     def finish(self, train_seconds: float) -> LoopResult:
         state = self.state

@@ -69,7 +69,7 @@ class SharedWorkCache:
         """Load the artifact if another trial published it (waiting while one builds it), or claim
         it for this trial to build. Without a root (no workdir) or shared work, nothing is shared."""
         work = method.shared_work() if root is not None else None
-        if work is None:
+        if work is None or root is None:
             return cls(method, None, None, None)
         folder = Path(root) / artifact_name(method.name, scope, work.key)
         lock = _claim(folder) if dist.is_main else None  # rank 0 alone touches the lock

@@ -142,7 +142,7 @@ def finetune_teacher(
     try:
         result = loop.run(
             method, train_set=prepared.data.train, dev=prepared.data.dev, task=prepared.data.task,
-            train=train, seed=TEACHER_SEED, dist=dist, reporter=reporter, pad_id=prepared.pad_id,
+            train=train, seed=TEACHER_SEED, dist=dist, reporter=reporter, pad_id=prepared.pad_id, progress_label="teacher",
         )
     except loop.TrainingDiverged as e:
         raise TeacherDiverged(teacher_diverged_message(spec, str(e))) from None
@@ -169,7 +169,8 @@ def ensure_teacher(spec: SweepSpec, prepared: Prepared, workdir: Path, log: Call
             log(f"teacher: reusing the fine-tuned teacher in {existing.path} (same task, teacher, data and settings)")
         return existing
     log(f"teacher: fine-tuning {spec.teacher.model} on {spec.task.name} (cached as {workdir / 'teachers' / teacher_key(spec, prepared)})")
-    # every evaluation reaches the log: in a scheduled job's log there is no progress bar
+    # every evaluation reaches the log as it happens; between them the loop shows its steps
+    # (pipeline.training.progress: a bar on a terminal, a heartbeat line in a log)
     result = finetune_teacher(spec, prepared, workdir, reporter=loop.LocalReporter(echo=lambda m: log(progress_line(m))))
     assert result is not None  # a single process is rank 0
     return result

@@ -47,7 +47,7 @@ def test_minimal_spec_and_defaults():
 
 def test_unknown_key_names_the_field():
     raw = {**MINIMAL, "train": {"epochs": 1, "epocs": 2}}
-    assert problems(raw) == ["train.epocs: unknown key (not part of the spec; check the spelling)"]
+    assert problems(raw) == ["train.epocs: unknown key (not part of the spec); did you mean train.epochs?"]
 
 
 def test_wrong_type_names_the_field_and_value():
@@ -151,7 +151,7 @@ def test_validate_cli_exit_codes(tmp_path):
     assert ok.returncode == 0, ok.stderr
     fail = run(bad)
     assert fail.returncode == 2
-    assert fail.stderr.strip() == "error: train.epocs: unknown key (not part of the spec; check the spelling)"
+    assert fail.stderr.strip() == "error: train.epocs: unknown key (not part of the spec); did you mean train.epochs?"
     assert "Traceback" not in fail.stderr
     missing = run(tmp_path / "nope.yaml")
     assert missing.returncode == 2 and "spec file not found" in missing.stderr

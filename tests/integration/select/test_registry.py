@@ -492,3 +492,68 @@ def test_eval_refuses_splits_without_labels(tmp_path):
         evaluate(str(tmp_path), synthetic, "test")
     with pytest.raises(DrydockError, match="not an exported student folder"):
         evaluate(str(tmp_path / "missing"), synthetic, "dev")
+
+
+# ----------------------------------------------------------------------------------------------
+# the champion judged on the challenger's dev set (issue 21)
+# ----------------------------------------------------------------------------------------------
+
+
+def one_label_student(folder: Path, tokenizer, label: int) -> Path:
+    """A student that answers `label` whatever the text: its score on a dev set is that label's share."""
+    model = make_tiny_bert(2, seed=label)
+    with torch.no_grad():
+        model.classifier.weight.zero_()
+        model.classifier.bias.copy_(torch.tensor([50.0, -50.0] if label == 0 else [-50.0, 50.0]))
+    task = TaskInfo(name="reviews", num_labels=2, regression=False, label_names=("neg", "pos"))
+    return save_student(model, tokenizer, folder, task, {"method": "kd"})
+
+
+def test_the_champion_is_rescored_on_the_challengers_dev_set(store, tmp_path, tiny_tokenizer):
+    from pipeline.select.stage import judging
+
+    uri, client, experiment = store
+    for folder in ("hard", "easy"):
+        (tmp_path / folder).mkdir()
+    hard, easy = files_spec(tmp_path / "hard"), files_spec(tmp_path / "easy")  # hard's dev: 3 pos to 1 neg
+    (tmp_path / "easy" / "dev.csv").write_text("text,label\n" + "i hated every minute of it,neg\n" * 4)  # all negative
+    name = hard.registered_model_name
+    assert easy.registered_model_name == name
+    messages: list[str] = []
+
+    def round_on(spec, row):
+        chosen = select(results_table.to_frame([row]), SelectionConfig())
+        dev, rescore = judging(spec, uri, messages.append)
+        return dev, register_front(uri, name, chosen.front, chosen.champion, sweep=spec.name, experiment_id=experiment,
+                                   measurements={}, max_length=16, pair=False, dev=dev, rescore=rescore, log=messages.append)
+
+    says_neg = one_label_student(tmp_path / "neg", tiny_tokenizer, 0)
+    says_pos = one_label_student(tmp_path / "pos", tiny_tokenizer, 1)
+    easy_dev, first = round_on(easy, trial("neg-s0", "kd", 0, 0.95, 4.0, says_neg, new_run(client, experiment, "n"), alpha=0.1))
+    assert first.decision.moved and first.decision.version == "1"
+    v1 = client.get_model_version(name, "1")
+    assert {k: v1.tags[k] for k in ("eval_task", "eval_labels", "eval_data", "eval_split", "eval_examples")} == {
+        "eval_task": "reviews", "eval_labels": '["neg", "pos"]', "eval_data": easy_dev.fingerprint, "eval_split": "dev",
+        "eval_examples": "4"}
+
+    # a retrain on a harder dev set: 0.80 there is refused against 0.95 from the easy set by the
+    # recorded numbers; on the same rows the champion (always "neg") scores 0.25, the challenger 0.75
+    hard_dev, second = round_on(hard, trial("pos-s0", "kd", 0, 0.80, 4.0, says_pos, new_run(client, experiment, "p"), alpha=0.2))
+    assert hard_dev.fingerprint != easy_dev.fingerprint and hard_dev.examples == 12
+    assert second.decision.moved and (second.decision.previous, second.decision.version) == ("1", "2")
+    assert second.decision.reason == (f"accuracy 0.7500 beats the champion's 0.2500 on this sweep's dev set "
+                                      f"(reviews dev, 12 examples, data {hard_dev.fingerprint}); it recorded 0.9500 on other data")
+    assert str(client.get_model_version_by_alias(name, CHAMPION).version) == "2"
+    v1, v2 = client.get_model_version(name, "1"), client.get_model_version(name, "2")
+    # every number says which rows it came from; the old champion keeps its own
+    assert v1.tags["eval_data"] == easy_dev.fingerprint and float(v1.tags["metric"]) == 0.95
+    assert float(v1.tags[f"metric_on.{hard_dev.fingerprint}"]) == 0.25
+    assert v2.tags["eval_data"] == hard_dev.fingerprint and float(v2.tags[f"metric_on.{hard_dev.fingerprint}"]) == 0.75
+    assert f"registry: models:/{name}/1 scores accuracy 0.2500 on this sweep's dev set" in "\n".join(messages)
+
+    # back on the easy set, the always-"neg" export (recorded 0.95 there) is offered again as a new
+    # version: on the easy rows it scores 1.0 against the champion's 0.0, and takes the alias back
+    _, third = round_on(easy, trial("neg2-s0", "kd", 0, 0.95, 4.0, one_label_student(tmp_path / "neg2", tiny_tokenizer, 0),
+                                    new_run(client, experiment, "n2"), alpha=0.3))
+    assert third.decision.moved and third.decision.version == "3"
+    assert third.decision.reason.startswith("accuracy 1.0000 beats the champion's 0.0000 on this sweep's dev set")

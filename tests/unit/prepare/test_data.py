@@ -372,10 +372,12 @@ def test_auto_source_with_a_custom_task_never_reads_a_glue_dir(tmp_path):
 
 
 def test_custom_task_needs_its_labels():
+    """Files carry no label names; a hub dataset's ClassLabel column may (test_hub_datasets.py)."""
     from pydantic import ValidationError
 
     with pytest.raises(ValidationError, match="needs task.label_names or task.num_labels"):
-        TaskConfig(name="qa", source="hub", hub_path="x/y", text_columns=["q"])
+        TaskConfig(name="qa", source="files", files={"train": "a.csv", "dev": "b.csv"}, text_columns=["q"])
+    assert TaskConfig(name="qa", source="hub", hub_path="x/y", text_columns=["q"]).label_names is None
 
 
 def test_glue_task_rejects_a_different_label_order(tmp_path):

@@ -165,3 +165,67 @@ def test_without_a_candidate_the_alias_stays_and_says_so_only_when_outside_the_b
     assert decide_without_candidate("2", CURRENT, SelectionConfig(max_latency_ms=8.0)) is None
     assert decide_without_candidate("2", CURRENT, None) is None
     assert decide_without_candidate(None, None, BOTH) is None
+
+
+# ----------------------------------------------------------------------------------------------
+# the same data (issue 21: a champion is judged on the challenger's dev set)
+# ----------------------------------------------------------------------------------------------
+
+EASY = {"eval_task": "sst2", "eval_labels": '["negative", "positive"]', "eval_data": "easy0000", "metric_name": "accuracy"}
+HARD = {**EASY, "eval_data": "hard0000"}
+
+
+def test_recorded_metrics_decide_only_on_the_same_rows():
+    from pipeline.select.champion import needs_rescore
+
+    assert not needs_rescore({**HARD, "metric": "0.8"}, {**HARD, "metric": "0.9"})
+    assert needs_rescore({**HARD, "metric": "0.8"}, {**EASY, "metric": "0.9"})
+    assert needs_rescore({**HARD, "metric": "0.8"}, {"metric_name": "accuracy", "metric": "0.9"})  # before data tags
+    assert not needs_rescore({"metric_name": "accuracy", "metric": "0.8"}, {**EASY, "metric": "0.9"})  # nothing to judge on
+    # the same rows: the recorded means decide, as before
+    assert beats_champion({**HARD, "metric": "0.80"}, {**HARD, "metric": "0.90"}) == (
+        False, "accuracy 0.8000 does not beat the champion's 0.9000")
+
+
+def test_rescored_figures_decide_and_the_reason_names_the_data():
+    from pipeline.select.champion import Rescored
+
+    where = "sst2 dev, 12 examples, data hard0000"
+    # 0.95 on an easy dev set is no argument against 0.80 on a harder one: on the same rows the
+    # champion scores 0.25, so the challenger takes the alias (the recorded numbers alone refuse it)
+    assert beats_champion({**HARD, "metric": "0.80"}, {**EASY, "metric": "0.95"})[0] is False
+    move, reason = beats_champion({**HARD, "metric": "0.80"}, {**EASY, "metric": "0.95"}, None,
+                                  Rescored(candidate=0.75, champion=0.25, data=where))
+    assert move and reason == (f"accuracy 0.7500 beats the champion's 0.2500 on this sweep's dev set ({where}); "
+                               "it recorded 0.9500 on other data")
+    # and a champion recorded low on a hard set, which beats the challenger on its set, stays
+    move, reason = beats_champion({**EASY, "metric": "0.99"}, {**HARD, "metric": "0.60"}, None,
+                                  Rescored(candidate=0.75, champion=0.75, data=where))
+    assert not move and reason.startswith("accuracy 0.7500 does not beat the champion's 0.7500 on this sweep's dev set")
+    decision = decide("5", {**HARD, "metric": "0.8"}, "3", {**EASY, "metric": "0.95"}, None, Rescored(0.75, 0.25, where))
+    assert (decision.moved, decision.version, decision.previous) == (True, "5", "3")
+
+
+def test_another_task_or_label_set_never_competes():
+    from pipeline.select.champion import Rescored, incomparable
+
+    other_task = {**EASY, "eval_task": "imdb", "metric": "0.50"}
+    move, reason = beats_champion({**HARD, "metric": "0.99"}, other_task, None, Rescored(0.99, 0.1, "x"))
+    assert not move and reason == ("the champion was trained for the task imdb and this candidate for sst2: "
+                                   "another task never competes, promote by hand if intended")
+    other_labels = {**EASY, "eval_labels": '["neg", "pos"]', "metric": "0.50"}
+    assert incomparable({**HARD}, other_labels) == (
+        'the champion was trained for the label set ["neg", "pos"] and this candidate for ["negative", "positive"]: '
+        "another label set never competes, promote by hand if intended")
+    # not even a champion outside the budget gives way to another task
+    slow_other = {**other_task, "latency_ms": "9.0"}
+    assert beats_champion({**HARD, "metric": "0.99"}, slow_other, SelectionConfig(max_latency_ms=5.0))[0] is False
+    assert incomparable(HARD, {"metric_name": "accuracy"}) is None  # an untagged champion: re-scoring settles it
+
+
+def test_a_champion_whose_rescore_is_not_a_number_gives_way():
+    from pipeline.select.champion import Rescored
+
+    move, reason = beats_champion({**HARD, "metric": "0.8"}, {**EASY, "metric": "0.9"}, None, Rescored(0.5, NAN, "d"))
+    assert move and reason == "the champion's accuracy is not a number on this sweep's dev set (d); this candidate's is 0.5000"
+    assert beats_champion({**HARD, "metric": "0.8"}, {**EASY, "metric": "0.9"}, None, Rescored(NAN, 0.5, "d"))[0] is False
