@@ -401,14 +401,14 @@ def pinned_task(cfg: TaskConfig) -> TaskConfig:
     update: dict[str, Any] = {}
     if revision is not None and revision != cfg.hub_revision:
         update["hub_revision"] = revision
-    if _reads_hub_label_names(cfg):
+    if reads_hub_label_names(cfg):
         names = _hub_label_names(cfg, revision)
         if names is not None:
             update["label_names"] = list(names)
     return cfg.model_copy(update=update) if update else cfg
 
 
-def _reads_hub_label_names(cfg: TaskConfig) -> bool:
+def reads_hub_label_names(cfg: TaskConfig) -> bool:
     """A custom hub classification task that gives no label names: the dataset's ClassLabel may."""
     return cfg.resolved_source() == "hub" and cfg.name not in GLUE and not cfg.regression and cfg.label_names is None
 
@@ -416,7 +416,7 @@ def _reads_hub_label_names(cfg: TaskConfig) -> bool:
 def _resolved(cfg: TaskConfig) -> tuple[TaskConfig, TaskSpec]:
     """The pinned config and its spec. A config wrong on its face fails before the hub is asked;
     one whose label names the dataset gives can only be checked once they are read."""
-    if not _reads_hub_label_names(cfg):
+    if not reads_hub_label_names(cfg):
         task_spec(cfg)
     cfg = pinned_task(cfg)
     return cfg, task_spec(cfg)
@@ -937,7 +937,7 @@ def load_prepared_data(task_cfg: TaskConfig, folder: Path) -> PreparedData:
     check_cache(folder)
     with unreadable_as_damaged(folder):
         source = json.loads((folder / SOURCE_FILE).read_text()) if (folder / SOURCE_FILE).is_file() else {}
-    if source.get("label_names") is not None and _reads_hub_label_names(task_cfg):
+    if source.get("label_names") is not None and reads_hub_label_names(task_cfg):
         task_cfg = task_cfg.model_copy(update={"label_names": list(source["label_names"])})
     spec = task_spec(task_cfg)
     with unreadable_as_damaged(folder):

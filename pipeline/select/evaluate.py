@@ -127,11 +127,10 @@ def with_label_names(spec: SweepSpec) -> SweepSpec:
     """A custom hub task may leave its label names to the dataset's ClassLabel column: the sweep
     pins them into the spec it hands on (`pipeline.prepare.data.pinned_task`), and so does
     `drydock eval` for a spec as the user wrote it, so predicted names map to the same indices."""
-    from pipeline.prepare.data import pinned_task
+    from pipeline.prepare.data import pinned_task, reads_hub_label_names
 
-    cfg = spec.task
-    if cfg.label_names is None and not cfg.regression and cfg.name not in GLUE_TASKS and cfg.resolved_source() == "hub":
-        return spec.model_copy(update={"task": pinned_task(cfg)})
+    if reads_hub_label_names(spec.task):
+        return spec.model_copy(update={"task": pinned_task(spec.task)})
     return spec
 
 
