@@ -45,11 +45,13 @@ TINY_TEXTS = [
 # so these start first and the short files fill in around them, and the two workers end close
 # together (docs/stack-facts.md, "Test files in xdist").
 LONGEST_FIRST = [
-    "integration/search/test_sweep.py", "integration/search/test_deepspeed_sweep.py", "integration/test_retrain.py",
-    "integration/search/test_cluster_storage.py", "integration/search/test_sweep_resume.py",
-    "integration/training/test_deepspeed_equivalence.py", "integration/training/test_distributed_loop.py",
-    "integration/select/test_tracking_server.py", "integration/search/test_late_node.py",
-    "integration/select/test_latency_cluster.py",
+    "integration/search/test_sweep.py", "integration/search/test_deepspeed_sweep.py",
+    "integration/search/test_cluster_storage.py", "integration/test_retrain.py",
+    "integration/training/test_deepspeed_equivalence.py", "integration/search/test_sweep_resume.py",
+    "integration/select/test_tracking_server.py", "integration/cli/test_train_cli.py",
+    "integration/training/test_distributed_loop.py", "integration/search/test_gpu_check.py",
+    "integration/search/test_late_node.py", "integration/select/test_latency_cluster.py",
+    "integration/search/test_ray_instance.py",
 ]
 
 

@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import argparse
 import configparser
+import copy
 import fnmatch
+import functools
 import importlib.util
 import json
 import re
@@ -64,8 +66,15 @@ NO_SPEC_KINDS = {"Namespace", "ServiceAccount", "ConfigMap"}
 # ----------------------------------------------------------------------------------------------
 
 
-def docs(path: Path) -> list[dict[str, Any]]:
+@functools.cache
+def _parsed(path: Path, mtime_ns: int) -> list[dict[str, Any]]:
     return [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
+
+
+def docs(path: Path) -> list[dict[str, Any]]:
+    """Parsed once per version of the file (the policy checks ask for the manifests thousands of
+    times; parsing them each time cost ~50 s); a copy, so that no test sees another's changes."""
+    return copy.deepcopy(_parsed(path, path.stat().st_mtime_ns))
 
 
 def k8s_objects() -> list[tuple[str, dict[str, Any]]]:

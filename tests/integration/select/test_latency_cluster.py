@@ -72,4 +72,6 @@ def test_two_nodes_time_in_parallel_each_against_its_own_teacher(tmp_path, tiny_
         assert frame.loc[key, "speedup"] == timings.teachers[m.node_id].p50_ms / m.p50_ms
         assert frame.loc[key, "latency_device"] == cpu_name()
     assert any("3 models on 2 node(s)" in line and "the teacher timed on each" in line for line in messages), messages
-    assert time.monotonic() - started < 60  # the cluster's start included; typically well under 30 s
+    # no wait on an actor that never starts (READY_GRACE_S) or a node that never frees: the cluster's
+    # start included, well under 30 s alone; 83 s seen in a full suite with other work on both cores
+    assert time.monotonic() - started < 150

@@ -51,15 +51,17 @@ WRITER_TAG = "drydock.last_sweep"  # pipeline.tracking.WRITER_TAG: the sweep's w
 LOCAL_FLAGS = ("--host", "--port", "--workers", "--backend-store-uri", "--artifacts-destination")
 
 
-def shipped_server() -> tuple[str, list[str]]:
-    """(basic_auth.ini, `mlflow server` flags) as cluster/k8s/mlflow.yaml ships them."""
+def shipped_server() -> tuple[str, list[str], dict[str, str]]:
+    """(basic_auth.ini, `mlflow server` flags, its MLFLOW_SERVER_* settings) as
+    cluster/k8s/mlflow.yaml ships them."""
     objects = [d for d in yaml.safe_load_all(MANIFEST.read_text()) if d]
     (config,) = [d for d in objects if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "mlflow-auth"]
     (deployment,) = [d for d in objects if d["kind"] == "Deployment"]
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
     assert container["command"] == ["mlflow"] and container["args"][0] == "server"
     flags = [a for a in container["args"][1:] if a.split("=")[0] not in LOCAL_FLAGS]
-    return config["data"]["basic_auth.ini"], flags
+    settings = {e["name"]: e["value"] for e in container["env"] if e["name"].startswith("MLFLOW_SERVER_") and "value" in e}
+    return config["data"]["basic_auth.ini"], flags, settings
 
 
 def _free_port() -> int:
@@ -72,7 +74,7 @@ class Server:
     """A `mlflow server` process of this test; `ready()` waits for it and creates the users."""
 
     def __init__(self, folder: Path):
-        ini, flags = shipped_server()
+        ini, flags, settings = shipped_server()
         auth = configparser.ConfigParser()
         auth.read_string(ini)
         assert "admin_password" not in auth["mlflow"], "the admin password comes from a secret"
@@ -90,6 +92,7 @@ class Server:
             "MLFLOW_AUTH_CONFIG_PATH": str(folder / "basic_auth.ini"),
             "MLFLOW_AUTH_ADMIN_USERNAME": ADMIN[0], "MLFLOW_AUTH_ADMIN_PASSWORD": ADMIN[1],
             "MLFLOW_FLASK_SERVER_SECRET_KEY": "a-test-secret-key",
+            **settings,  # job execution off, as shipped: no huey job runner beside the server
         })
         argv = [sys.executable, "-m", "mlflow", "server", *flags, "--host", "127.0.0.1", "--port", str(self.port),
                 "--workers", "1", "--backend-store-uri", f"sqlite:///{folder / 'mlflow.db'}",
@@ -109,11 +112,14 @@ class Server:
             try:
                 if requests.get(f"{self.uri}/health", timeout=2).status_code == 200:
                     break
-            except requests.ConnectionError:
+            except (requests.ConnectionError, requests.Timeout):  # not up yet, or slow to answer on a loaded machine
                 pass
             if time.time() > deadline:
                 pytest.fail(f"mlflow server did not answer within {timeout} s:\n{self.log.read_text()[-3000:]}")
             time.sleep(0.25)
+        # the shipped MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false holds: no huey job runner in the server's session
+        sessions = subprocess.run(["ps", "-eo", "sid=,args="], capture_output=True, text=True).stdout.splitlines()
+        assert not [line for line in sessions if line.split(None, 1)[0] == str(self.process.pid) and "huey" in line]
         for user in (DRYDOCK, READER):  # the admin creates the non-admin users (cluster/README.md, step 4)
             created = requests.post(f"{self.uri}/api/2.0/mlflow/users/create", auth=ADMIN, timeout=30,
                                     json={"username": user[0], "password": user[1]})

@@ -1,0 +1,533 @@
+"""Runtime variants of a saved model: the same weights served as eager PyTorch, ONNX Runtime fp32
+and ONNX Runtime int8, each checked against the eager fp32 logits and scored on its own.
+
+A user serves an encoder in a runtime, not as a folder of weights, and the runtime changes both
+speed and (for int8) accuracy; so the select stage builds every variant of a student or teacher
+folder, checks that it computes what the folder computes, and scores it on the dev set:
+
+- `torch`: the folder itself, loaded as a consumer loads it (eager fp32).
+- `onnxruntime`: `model.onnx`, fp32, exported with PyTorch's TorchScript-based exporter
+  (`torch.onnx.export(..., dynamo=False)`), batch and sequence axes dynamic, inputs
+  `input_ids`, `attention_mask` (and `token_type_ids` when the model's forward takes it), output
+  `logits`. The TorchScript exporter is used, not the default torch.export-based one: in torch 2.13
+  with transformers 5.24 both export a stock BERT and CoFi's pruned BERT (`_pruned_bert.py`) whose
+  logits equal eager's within 1e-8 at other batch sizes and lengths, but the torch.export one took
+  24-49 s for a 4-layer, 32-wide BERT on this 2-core machine (under load) against 1.4-1.5 s, and
+  prints its progress; a sweep pays an export per student. The TorchScript exporter is deprecated
+  (a DeprecationWarning); when it goes, `_export_onnx` is the one place to switch, and the parity
+  check below is what says whether the other exporter's graph is right.
+- `onnxruntime-int8`: `model.int8.onnx`, ONNX Runtime's dynamic quantization
+  (`quantize_dynamic`: int8 weights, one scale per output channel, of every MatMul whose weight is
+  a constant — all the linear layers — and uint8 activations quantized at run time). Per-channel,
+  because on the fine-tuned SST-2 MiniLM teacher one scale per tensor cost 1.4 accuracy points
+  (0.873 → 0.859) and per-channel 0.3 (→ 0.869), at the same speed and +0.5% size (figures under
+  `TOLERANCES`). Before it, `quant_pre_process`, which the quantizer asks for (it logs "Please
+  consider to run pre-processing before quantization"): ONNX shape inference and a basic graph
+  optimisation (constant folding; the int8 file is 22% smaller for it on a tiny BERT). Its
+  symbolic shape inference is skipped: it stops with "Incomplete symbolic shape inference" on
+  the traced attention-mask subgraph of transformers' BERT, and without it the same MatMuls are
+  quantized (26 of 34 in a 4-layer BERT: all but the 8 attention products, whose both operands are
+  activations).
+
+Files are keyed by content: beside each `.onnx` a stamp (`<file>.stamp.json`) records the digest of
+the folder it was built from (config, weights and custom code: `source_digest`), the recipe
+(exporter, opset, library versions) and the digest of the `.onnx` itself. An existing file is
+reused only when all three match, so a retrained student, a changed `_pruned_bert.py`, a torch
+upgrade or a file edited by hand all give a fresh export, never a stale one. Files are written
+under a temporary name and renamed into place, so a reader never sees half a file.
+
+The module imports no Ray and no MLflow: it runs in a select-stage worker, a benchmark script or a
+test alike.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import os
+import tempfile
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from pipeline.errors import DrydockError
+from pipeline.prepare.metrics import compute_metrics
+from pipeline.prepare.remote_code import remote_code
+
+if TYPE_CHECKING:
+    import torch
+
+RUNTIMES = ("torch", "onnxruntime", "onnxruntime-int8")
+TORCH, ORT, ORT_INT8 = RUNTIMES
+
+# How far a variant's logits may be from the eager fp32 PyTorch logits of the same folder on the
+# same batch before it counts as broken: max |variant - fp32| <= TOLERANCES[runtime] × the logit
+# scale, max(1, max |fp32 logit|) — absolute for logits within ±1 (random heads, tests), relative
+# for a fine-tuned head's larger logits, whose int8 error grows with them.
+#
+# Measured 2026-12-01 (torch 2.13.0+cpu, transformers 5.24.0, onnxruntime 1.32.0, 1 thread, batches
+# of 32 padded to their longest row): `predict_logits(load_runner(build_variant(folder, runtime,
+# out), 1), rows, 32)` against the same for `torch`, over 256 rows of random token ids (tiny
+# models) or SST-2 dev sentences (MiniLM, tokenized to 128; the fine-tuned teacher of `make demo`:
+# all 872), every logit compared (max abs difference from eager fp32; p99 in brackets):
+#
+#   model                                     max |logit|  onnxruntime        onnxruntime-int8   int8 argmax = fp32
+#   tiny BERT 4 × 32 (random)                 0.047        1.5e-8 (1.1e-8)    5.1e-4 (4.0e-4)    99.6%
+#   tiny BERT 2 × 128, vocab 1000 (random)    0.11         3.7e-8 (3.3e-8)    1.8e-3 (1.5e-3)    99.6%
+#   CoFi pruned tiny BERT (random)            0.021        6.2e-9 (4.7e-9)    4.3e-4 (3.9e-4)    100%
+#   MiniLM-L6 pretrained, random 2-label head 0.054        8.5e-8 (6.5e-8)    1.1e-2 (7.3e-3)    94.1%
+#   MiniLM-L6 fine-tuned on SST-2 (teacher)   2.46         5.0e-6 (2.7e-6)    0.87   (0.54)      99.0%
+#
+# The teacher's dev accuracy: 0.8727 eager, 0.8727 onnxruntime, 0.8693 int8 (0.8589 with one
+# scale per tensor, max difference 1.62). Eager torch run again with 2 threads instead of 1: 0.0.
+#
+# - torch: the same eager model again; only another thread count could change a sum's order (0.0
+#   measured). 1e-4 is the export's own verification tolerance (`pipeline.training.export.VERIFY_ATOL`).
+# - onnxruntime: fp32 throughout; ORT's fused kernels sum in another order: at most 5e-6 × scale
+#   measured, 200 times under 1e-3. A wrong graph is off by far more: another folder's weights by
+#   the size of the logits (3e-2 between two tiny random models in the tests, ~1 for fine-tuned
+#   ones), and a padding mask traced in as a constant would be off on every padded row.
+# - onnxruntime-int8: int8 weights change the logits by design: 0.87 / 2.46 = 0.35 of the scale on
+#   the teacher. 0.75 leaves twice that, and still refuses a variant whose logits are nothing like
+#   the model's (zeros are off by 1 × scale; another model's by up to 2 ×). It cannot tell two
+#   students of one task apart (their logits agree about as well as int8 does): what int8 costs,
+#   and whether it is the right model, is settled by its own dev-set metric (`evaluate_variant`).
+TOLERANCES: dict[str, float] = {TORCH: 1e-4, ORT: 1e-3, ORT_INT8: 0.75}
+
+ONNX_FILE = "model.onnx"
+INT8_FILE = "model.int8.onnx"
+STAMP_SUFFIX = ".stamp.json"
+OPSET = 17  # LayerNormalization is one ONNX op from opset 17 on (one ORT kernel, not a decomposition)
+EXPORTER = "torchscript"
+INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
+OUTPUT_NAME = "logits"
+# what a folder's computation depends on: its config, its weights (any format, sharded or not)
+# and its custom code (CoFi's architecture)
+SOURCE_PATTERNS = ("config.json", "*.safetensors", "*.safetensors.index.json", "*.bin", "*.bin.index.json", "*.py")
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One runtime's form of a model folder: what to load, and what a consumer would ship.
+
+    `path` is the folder for `torch` and the `.onnx` file for the ONNX runtimes; `files` are the
+    files counted in `size_bytes` (the weights for `torch`, the `.onnx` file and any external data
+    for ONNX); `source` and `source_digest` name the folder and the content it was built from.
+    """
+
+    runtime: str
+    path: Path
+    size_bytes: int
+    source: Path
+    source_digest: str
+    files: tuple[Path, ...] = field(default=())
+    reused: bool = False  # True: an up-to-date file from an earlier call served (no export ran)
+
+
+# ----------------------------------------------------------------------------------------------
+# building
+# ----------------------------------------------------------------------------------------------
+
+
+def source_files(folder: Path) -> list[Path]:
+    """The files whose content decides the model's function (`SOURCE_PATTERNS`), sorted."""
+    found = {p for pattern in SOURCE_PATTERNS for p in Path(folder).rglob(pattern) if p.is_file()}
+    return sorted(found, key=lambda p: p.relative_to(folder).as_posix())
+
+
+def source_digest(folder: Path) -> str:
+    """SHA-256 over the names and contents of `source_files`: changes with any weight or config."""
+    folder = Path(folder)
+    files = source_files(folder)
+    if not (folder / "config.json").is_file():
+        raise DrydockError(f"{folder}: not a saved model folder (no config.json)")
+    total = hashlib.sha256()
+    for path in files:
+        total.update(f"{path.relative_to(folder).as_posix()}\0{_file_sha256(path)}\n".encode())
+    return total.hexdigest()
+
+
+def weight_files(folder: Path) -> list[Path]:
+    """What a consumer ships as the torch variant's weights: the safetensors (else the .bin files)."""
+    folder = Path(folder)
+    return sorted(folder.glob("*.safetensors")) or sorted(folder.glob("*.bin"))
+
+
+def build_variant(folder: Path, runtime: str, out_dir: Path, *, seq_length_hint: int = 128) -> Variant:
+    """The `runtime` variant of the model in `folder`, its files written into `out_dir`.
+
+    `torch` writes nothing. `onnxruntime` writes `model.onnx`; `onnxruntime-int8` writes
+    `model.onnx` (which it is quantized from) and `model.int8.onnx`. An existing file is reused when
+    its stamp says it was built from this folder's content with this recipe and the file is intact.
+    `seq_length_hint` is the length of the example the exporter traces (capped at the model's
+    positions); the axes stay dynamic whatever it is.
+    """
+    if runtime not in RUNTIMES:
+        raise DrydockError(f"runtime {runtime!r}: unknown; known: {', '.join(RUNTIMES)}")
+    folder = Path(folder)
+    digest = source_digest(folder)
+    if runtime == TORCH:
+        weights = weight_files(folder)
+        return Variant(TORCH, folder, sum(p.stat().st_size for p in weights), folder, digest, tuple(weights))
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    fp32 = out_dir / ONNX_FILE
+    recipe = {"exporter": EXPORTER, "opset": OPSET, "torch": _version("torch"), "transformers": _version("transformers")}
+    reused = _fresh(fp32, digest, recipe)
+    if not reused:
+        _export_onnx(folder, fp32, seq_length_hint)
+        _write_stamp(fp32, digest, recipe)
+    if runtime == ORT:
+        return _onnx_variant(ORT, fp32, folder, digest, reused)
+    int8 = out_dir / INT8_FILE
+    int8_recipe = {**recipe, "onnxruntime": _version("onnxruntime"), "weights": "QInt8 per-channel", "from": _file_sha256(fp32)}
+    reused = _fresh(int8, digest, int8_recipe)
+    if not reused:
+        _quantize(fp32, int8)
+        _write_stamp(int8, digest, int8_recipe)
+    return _onnx_variant(ORT_INT8, int8, folder, digest, reused)
+
+
+def load_model(folder: Path):
+    """The folder's model as a consumer loads it: eval mode, fp32, custom code only when it is
+    the recorded code (`remote_code` raises otherwise, before anything is imported)."""
+    import torch
+    from transformers import AutoModelForSequenceClassification
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    trust = remote_code(folder)
+    model = AutoModelForSequenceClassification.from_pretrained(str(folder), trust_remote_code=trust)
+    return model.to(torch.float32).eval()
+
+
+def model_inputs(model) -> tuple[str, ...]:
+    """The inputs of `INPUT_NAMES` the model's forward takes (DistilBERT has no token_type_ids)."""
+    parameters = inspect.signature(model.forward).parameters
+    names = tuple(name for name in INPUT_NAMES if name in parameters)
+    if names[:2] != INPUT_NAMES[:2]:
+        raise DrydockError(f"{type(model).__name__}: its forward does not take input_ids and attention_mask; cannot export it")
+    return names
+
+
+def _export_onnx(folder: Path, target: Path, seq_length_hint: int) -> None:
+    import torch
+
+    model = load_model(folder)
+    names = model_inputs(model)
+    length = max(2, min(seq_length_hint, int(getattr(model.config, "max_position_embeddings", seq_length_hint))))
+    example = _example_inputs(names, int(model.config.vocab_size), length)
+
+    class LogitsOnly(torch.nn.Module):
+        """Positional inputs in `names` order, the logits tensor out: one ONNX output, named."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = model
+
+        def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
+            return self.model(**dict(zip(names, inputs))).logits
+
+    axes: dict[str, dict[int, str]] = {name: {0: "batch", 1: "sequence"} for name in names}
+    axes[OUTPUT_NAME] = {0: "batch"}
+    with _atomic(target) as tmp, warnings.catch_warnings(), torch.no_grad():
+        # The legacy exporter says it is deprecated (see the module docstring). It also warns of
+        # tracing Python booleans in transformers' mask code — a padding check that compares the
+        # mask's length with the sequence's (equal by construction) and the SDPA `is_causal`
+        # switch (False for an encoder) — and of `aten::index` with negative indices, which only
+        # the padding-mask lookup uses, with arange indices. None changes the graph at another
+        # shape; the tests export at one shape and compare at others, padded rows included.
+        warnings.filterwarnings("ignore", category=DeprecationWarning)
+        warnings.filterwarnings("ignore", category=torch.jit.TracerWarning)
+        warnings.filterwarnings("ignore", message=r"Exporting aten::index operator")
+        torch.onnx.export(
+            LogitsOnly().eval(), tuple(example[name] for name in names), str(tmp),
+            input_names=list(names), output_names=[OUTPUT_NAME], dynamic_axes=axes,
+            opset_version=OPSET, do_constant_folding=True, dynamo=False,
+        )
+
+
+def _example_inputs(names: Sequence[str], vocab_size: int, length: int) -> dict[str, torch.Tensor]:
+    """Two rows, the second padded to half the length, so the traced graph includes the mask."""
+    import torch
+
+    g = torch.Generator().manual_seed(0)
+    input_ids = torch.randint(min(5, vocab_size - 1), vocab_size, (2, length), generator=g)
+    attention_mask = torch.ones(2, length, dtype=torch.long)
+    attention_mask[1, length // 2 :] = 0
+    inputs = {"input_ids": input_ids * attention_mask, "attention_mask": attention_mask, "token_type_ids": torch.zeros_like(input_ids)}
+    return {name: inputs[name] for name in names}
+
+
+def _quantize(fp32: Path, target: Path) -> None:
+    import logging
+
+    # onnxruntime ships no type information (no py.typed, no stubs)
+    from onnxruntime.quantization import QuantType, quant_pre_process, quantize_dynamic
+
+    with tempfile.TemporaryDirectory(dir=target.parent, prefix=".quant-") as tmp_dir:
+        prepared = Path(tmp_dir) / "prepared.onnx"
+        quant_pre_process(str(fp32), str(prepared), skip_symbolic_shape=True)
+        with _atomic(target) as tmp:
+            # the quantizer logs through the root logger; with a pre-processed model it has
+            # nothing to say, but a future version's advice should not reach a sweep's output
+            # as an unexplained line per student
+            root = logging.getLogger()
+            level = root.level
+            root.setLevel(max(level, logging.ERROR))
+            try:
+                quantize_dynamic(str(prepared), str(tmp), weight_type=QuantType.QInt8, per_channel=True)
+            finally:
+                root.setLevel(level)
+
+
+class _atomic:
+    """A temporary path in the target's folder, renamed onto the target when the block succeeds."""
+
+    def __init__(self, target: Path) -> None:
+        self.target = target
+
+    def __enter__(self) -> Path:
+        fd, name = tempfile.mkstemp(dir=self.target.parent, prefix=f".{self.target.name}.", suffix=".tmp")
+        os.close(fd)
+        self.tmp = Path(name)
+        return self.tmp
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            os.chmod(self.tmp, 0o644)  # mkstemp's 0600 would keep the file from a consumer running as another user
+            os.replace(self.tmp, self.target)
+        else:
+            self.tmp.unlink(missing_ok=True)
+
+
+def _stamp_path(path: Path) -> Path:
+    return path.with_name(path.name + STAMP_SUFFIX)
+
+
+def _write_stamp(path: Path, digest: str, recipe: dict[str, Any]) -> None:
+    stamp = {"source_digest": digest, "recipe": recipe, "sha256": _file_sha256(path)}
+    with _atomic(_stamp_path(path)) as tmp:
+        tmp.write_text(json.dumps(stamp, indent=2, sort_keys=True))
+
+
+def _fresh(path: Path, digest: str, recipe: dict[str, Any]) -> bool:
+    """Whether `path` is the file this folder's content and this recipe would give, untouched."""
+    stamp_path = _stamp_path(path)
+    if not (path.is_file() and stamp_path.is_file()):
+        return False
+    try:
+        stamp = json.loads(stamp_path.read_text())
+    except (UnicodeDecodeError, ValueError):
+        return False
+    return (
+        isinstance(stamp, dict) and stamp.get("source_digest") == digest and stamp.get("recipe") == recipe
+        and stamp.get("sha256") == _file_sha256(path)
+    )
+
+
+def _onnx_variant(runtime: str, path: Path, folder: Path, digest: str, reused: bool) -> Variant:
+    files = onnx_files(path)
+    return Variant(runtime, path, sum(p.stat().st_size for p in files), folder, digest, tuple(files), reused)
+
+
+def onnx_files(path: Path) -> list[Path]:
+    """The `.onnx` file and the external-data files its initializers name (none below 2 GB)."""
+    import onnx
+
+    model = onnx.load(str(path), load_external_data=False)
+    external = {
+        entry.value for tensor in model.graph.initializer if tensor.data_location == onnx.TensorProto.EXTERNAL
+        for entry in tensor.external_data if entry.key == "location"
+    }
+    return [path, *(path.parent / name for name in sorted(external))]
+
+
+def _file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _version(package: str) -> str:
+    from importlib.metadata import version
+
+    return version(package)
+
+
+# ----------------------------------------------------------------------------------------------
+# running
+# ----------------------------------------------------------------------------------------------
+
+
+class Runner:
+    """A variant loaded for inference: `runner(inputs) -> logits` (numpy float32, [batch, labels]).
+
+    `inputs` maps input names to numpy arrays or torch tensors of token ids ([batch, sequence]);
+    names the model does not take (`labels`, or `token_type_ids` for a model without them) are
+    ignored. `threads` is the intra-op thread count every call runs with.
+    """
+
+    runtime: str
+    input_names: tuple[str, ...]
+    threads: int
+
+    def __call__(self, inputs: Mapping[str, Any]) -> np.ndarray:
+        raise NotImplementedError
+
+
+class TorchRunner(Runner):
+    def __init__(self, folder: Path, threads: int, device: str = "cpu") -> None:
+        import torch
+
+        self.runtime, self.threads = TORCH, threads
+        self.device = torch.device(device)
+        self.model = load_model(folder).to(self.device)
+        self.input_names = model_inputs(self.model)
+
+    def __call__(self, inputs: Mapping[str, Any]) -> np.ndarray:
+        import torch
+
+        # torch's thread count is per process: set it for the call and give it back, so a runner
+        # keeps its count whatever else the process runs between calls
+        previous = torch.get_num_threads()
+        torch.set_num_threads(self.threads)
+        try:
+            batch = {name: torch.as_tensor(np.asarray(inputs[name]), dtype=torch.long).to(self.device) for name in self.input_names}
+            with torch.no_grad():
+                return self.model(**batch).logits.float().cpu().numpy()
+        finally:
+            torch.set_num_threads(previous)
+
+
+class OrtRunner(Runner):
+    def __init__(self, variant: Variant, threads: int, device: str = "cpu") -> None:
+        import onnxruntime as ort
+
+        self.runtime, self.threads = variant.runtime, threads
+        options = ort.SessionOptions()
+        # intra-op threads are the ones a latency figure states; inter-op 1: a BERT graph is a
+        # chain, and a second pool would only compete with the first for the same cores
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        options.log_severity_level = 3  # errors only: ORT's per-session notices are not the user's business
+        providers = ["CPUExecutionProvider"]
+        if device == "cuda":
+            if "CUDAExecutionProvider" not in ort.get_available_providers():
+                raise DrydockError(f"{variant.path}: device cuda, but this onnxruntime build has no CUDA provider")
+            providers = ["CUDAExecutionProvider", *providers]
+        self.session = ort.InferenceSession(str(variant.path), sess_options=options, providers=providers)
+        self.input_names = tuple(i.name for i in self.session.get_inputs())
+
+    def __call__(self, inputs: Mapping[str, Any]) -> np.ndarray:
+        feed = {name: _int64(inputs[name]) for name in self.input_names}
+        return np.asarray(self.session.run([OUTPUT_NAME], feed)[0], dtype=np.float32)
+
+
+def _int64(value: Any) -> np.ndarray:
+    if hasattr(value, "detach"):  # a torch tensor
+        value = value.detach().cpu().numpy()
+    return np.ascontiguousarray(value, dtype=np.int64)
+
+
+def load_runner(variant: Variant, threads: int, device: str = "cpu") -> Runner:
+    """The variant ready to run with `threads` intra-op threads (ONNX Runtime: all graph
+    optimisations on, the CPU provider, the CUDA one first for `device="cuda"` when installed)."""
+    if threads < 1:
+        raise DrydockError(f"threads: {threads}; at least 1")
+    if variant.runtime == TORCH:
+        return TorchRunner(variant.path, threads, device)
+    if variant.runtime in (ORT, ORT_INT8):
+        return OrtRunner(variant, threads, device)
+    raise DrydockError(f"runtime {variant.runtime!r}: unknown; known: {', '.join(RUNTIMES)}")
+
+
+# ----------------------------------------------------------------------------------------------
+# checking and scoring
+# ----------------------------------------------------------------------------------------------
+
+
+def logit_scale(logits: np.ndarray) -> float:
+    """max(1, max |logit|): what `TOLERANCES` are multiplied by (see there)."""
+    return max(1.0, float(np.max(np.abs(logits)))) if logits.size else 1.0
+
+
+def check_parity(folder: Path, variant: Variant, batch: Mapping[str, Any], *, threads: int = 1) -> float:
+    """The max abs difference between the variant's logits and the folder's eager fp32 logits on
+    `batch`. A `DrydockError` naming the folder, the runtime, the difference and the tolerance
+    when it exceeds `TOLERANCES[runtime] × logit_scale` (or the shapes differ, or a logit is not
+    finite): such a variant does not compute what the folder computes."""
+    folder = Path(folder)
+    expected = TorchRunner(folder, threads)(batch)
+    got = load_runner(variant, threads)(batch)
+    where = f"{folder}: the {variant.runtime} variant ({variant.path})"
+    if got.shape != expected.shape:
+        raise DrydockError(f"{where} gives logits of shape {got.shape}, the model {expected.shape}")
+    if not np.all(np.isfinite(got)):
+        raise DrydockError(f"{where} gives non-finite logits")
+    difference = float(np.max(np.abs(got - expected))) if got.size else 0.0
+    scale = logit_scale(expected)
+    tolerance = TOLERANCES[variant.runtime] * scale
+    if difference > tolerance:
+        raise DrydockError(
+            f"{where} differs from the eager fp32 logits by {difference:.3g} (max abs), more than the "
+            f"{tolerance:.3g} allowed for {variant.runtime} ({TOLERANCES[variant.runtime]:g} × logit scale {scale:.3g})"
+        )
+    return difference
+
+
+def pad_batch(rows: Sequence[Mapping[str, Any]], pad_id: int = 0) -> dict[str, np.ndarray]:
+    """int64 arrays padded to the longest row of `rows` (as training's collate pads): each batch
+    pays for its own length, and a runtime sees the shapes it will see in serving."""
+    length = max(len(row["input_ids"]) for row in rows)
+    n = len(rows)
+    input_ids = np.full((n, length), pad_id, dtype=np.int64)
+    attention_mask = np.zeros((n, length), dtype=np.int64)
+    token_type_ids = np.zeros((n, length), dtype=np.int64)
+    for i, row in enumerate(rows):
+        k = len(row["input_ids"])
+        input_ids[i, :k] = row["input_ids"]
+        attention_mask[i, :k] = 1
+        if row.get("token_type_ids") is not None:
+            token_type_ids[i, :k] = row["token_type_ids"]
+    return {"input_ids": input_ids, "attention_mask": attention_mask, "token_type_ids": token_type_ids}
+
+
+def _rows(chunk: Any) -> list[Mapping[str, Any]]:
+    """A slice of a `datasets.Dataset` is a dict of columns; a slice of a list is a list of rows."""
+    if isinstance(chunk, Mapping):
+        return [dict(zip(chunk, values)) for values in zip(*chunk.values())]
+    return list(chunk)
+
+
+def predict_logits(runner: Callable[[Mapping[str, Any]], np.ndarray], rows: Any, batch_size: int = 32, pad_id: int = 0) -> np.ndarray:
+    """Logits for every tokenized row (a list of {input_ids[, token_type_ids]} mappings, or a
+    tokenized `datasets.Dataset`), in order, `batch_size` rows at a time."""
+    outputs = [runner(pad_batch(_rows(rows[start : start + batch_size]), pad_id)) for start in range(0, len(rows), batch_size)]
+    return np.concatenate(outputs) if outputs else np.zeros((0, 0), dtype=np.float32)
+
+
+def evaluate_variant(
+    runner: Callable[[Mapping[str, Any]], np.ndarray], rows: Any, labels: Sequence[float] | np.ndarray,
+    metric_names: Sequence[str], regression: bool, *, batch_size: int = 32, pad_id: int = 0,
+) -> dict[str, float]:
+    """The task's metrics (`pipeline.prepare.metrics.compute_metrics`: accuracy, F1, MCC,
+    Pearson/Spearman, `combined`) of the runner's own predictions on labelled rows: an int8
+    variant is ranked by what it scores, not by what its fp32 model scored."""
+    labels = np.asarray(labels)
+    if not len(rows):
+        raise DrydockError("no rows to evaluate the variant on")
+    if len(labels) != len(rows):
+        raise DrydockError(f"{len(rows)} rows but {len(labels)} labels")
+    logits = predict_logits(runner, rows, batch_size, pad_id)
+    return compute_metrics(list(metric_names), logits, labels, regression)
+
