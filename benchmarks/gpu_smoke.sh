@@ -276,8 +276,32 @@ def latency(started, device, *sweep_dirs):
                 f"p50 {ms[0]:.2f}-{ms[-1]:.2f} ms{teacher}")
 
 
+def validate(*args):
+    """--check: each sweep check's spec validated in this one process (a `drydock validate` per
+    check imported torch again each time). Args: CHECK SET... [--next CHECK SET...]; one line per
+    check, `OK<tab>CHECK<tab>what validate printed` or `BAD<tab>CHECK<tab>its problems`."""
+    import contextlib, io
+
+    from pipeline.cli.main import main
+
+    groups = [[]]
+    for arg in args:
+        if arg == "--next":
+            groups.append([])
+        else:
+            groups[-1].append(arg)
+    for check, *sets in (g for g in groups if g):
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+            try:
+                rc = main(["validate", "sweeps/smoke.yaml", *sets])
+            except SystemExit as e:  # argparse
+                rc = e.code
+        print(f"{'OK' if rc == 0 else 'BAD'}\t{check}\t{' '.join(out.getvalue().split())}")
+
+
 if __name__ == "__main__":
-    {"cuda": cuda, "sweep": sweep, "export": export, "latency": latency}[sys.argv[1]](*sys.argv[2:])
+    {"cuda": cuda, "sweep": sweep, "export": export, "latency": latency, "validate": validate}[sys.argv[1]](*sys.argv[2:])
 PY
 
 PASSED=0 FAILED=0 SKIPPED=0
@@ -337,6 +361,8 @@ COMMON=(--set train.bf16=on --set resources.use_gpu=$([[ $MODE == cpu ]] && echo
         --set tracking.registered_model=gpu-smoke-student
         --set "methods={kd: {alpha: 0.5}}")
 SWEEP_DIRS=()
+declare -A OWN=()   # --check: each sweep check's own settings, for its line
+TO_VALIDATE=()      # --check: CHECK ARGS... --next ..., validated in one process
 
 sweep_check() {  # CHECK STRATEGY WORKERS [--set ...]: one small sweep, one line
   local check=$1 strategy=$2 workers=$3
@@ -344,15 +370,11 @@ sweep_check() {  # CHECK STRATEGY WORKERS [--set ...]: one small sweep, one line
   local name=gpu-$check log=$LOGS/$check.log
   local args=("${COMMON[@]}" --set "name=$name" --set "resources.strategy=$strategy"
               --set "resources.workers_per_trial=$workers" "$@")
-  if [[ $MODE == check ]]; then
-    local out
-    if out=$("$PY" -m pipeline.cli validate sweeps/smoke.yaml "${args[@]}" 2>&1); then
-      local own="${args[*]:${#COMMON[@]}}"
-      own=${own//--set /}
-      verdict "$check" 1 "${out#*: valid } with ${own//$PRESETS/cluster/deepspeed}"
-    else
-      verdict "$check" 0 "$(tr -s '\n' ' ' <<<"$out" | sed 's/ *$//')"
-    fi
+  if [[ $MODE == check ]]; then  # validated together, by validate_checks
+    local own="${args[*]:${#COMMON[@]}}"
+    own=${own//--set /}
+    OWN[$check]=${own//$PRESETS/cluster/deepspeed}
+    TO_VALIDATE+=("$check" "${args[@]}" --next)
     return
   fi
   if (( GPUS == 0 )); then report SKIP "$check" "no CUDA GPU (see cuda)"; return; fi
@@ -380,6 +402,9 @@ sweep_check zero3 deepspeed "$WORKERS" --set resources.deepspeed.zero_stage=3 \
   --set "resources.deepspeed.preset=$PRESETS/zero3-bf16.json"
 
 if [[ $MODE == check ]]; then
+  while IFS=$'\t' read -r ok check out; do
+    if [[ $ok == OK ]]; then verdict "$check" 1 "${out#*: valid } with ${OWN[$check]}"; else verdict "$check" 0 "$out"; fi
+  done < <("$PY" -c "$HELPER" validate "${TO_VALIDATE[@]}" 2>&1)
   verdict export "$HELPER_OK" "${err:-python check compiles; reads each sweep results, students and MLflow runs}"
   verdict latency "$HELPER_OK" "${err:-python check compiles; reads each sweep results.parquet and latency.json}"
   echo "gpu_smoke --check: $VALID valid, $INVALID invalid"

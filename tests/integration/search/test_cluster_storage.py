@@ -71,7 +71,7 @@ def test_smoke_sweep_on_a_cluster_without_a_shared_filesystem(s3, tmp_path, monk
     # two trials, one CPU each on two one-CPU nodes: one trial per node, at the same time
     spec = load_spec(ROOT / "sweeps" / "smoke.yaml", [
         "methods={kd: {alpha: {grid: [0.3, 0.9]}}}", "search.scheduler=fifo",
-        "resources.teacher_placement=workers", "train.epochs=1", "teacher.finetune.epochs=2",
+        "resources.teacher_placement=workers", "train.epochs=1", "teacher.finetune.epochs=1",
         "task.synthetic={num_train: 256, num_dev: 64, num_labels: 2}",
         "resources.start_patience_s=180",  # a trial that cannot get its workers fails the test, not hangs it
     ])

@@ -25,7 +25,7 @@ pytestmark = pytest.mark.ray
 def _sweep_cmd(workdir: Path, *extra: str) -> list[str]:
     return [sys.executable, "-m", "pipeline.cli", "sweep", str(SMOKE), "--workdir", workdir.as_uri(),
             "--set", "methods={kd: {alpha: {grid: [0.3, 0.9]}}}", "--set", "search.scheduler=fifo",
-            "--set", "resources.workers_per_trial=2", "--set", "train.epochs=1", *extra]
+            "--set", "resources.workers_per_trial=2", "--set", "train.epochs=1", "--set", "teacher.finetune.epochs=1", *extra]
 
 
 def _kill_session(temp_dir: Path) -> None:
