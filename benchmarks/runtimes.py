@@ -17,6 +17,11 @@ teacher in eager fp32, in the same runtime, and in ONNX Runtime int8; every p50 
 its ~95% interval. Models of one architecture in one runtime are one measurement
 (`architecture_key`): the others say which one they were `measured as`.
 
+The select stage does the same for a sweep's timed students when `selection.runtimes` /
+`selection.latency.shapes` ask for it (`pipeline.select.variant_stage`, whose `tokenize`,
+`out_folder` and `time_shape` this script uses), into variants.parquet; this script is for any
+folders, with three references and the done-when line.
+
 Students: the finished trials of `<workdir>/<sweep>/results.parquet` whose folder exists; the
 teacher: the `teacher_path` their `drydock.json` records. `--teacher` and `--student` override.
 GLUE data: `GLUE_DIR` when set, else the shared copy (`../shared/data/glue`) when it is there.
@@ -42,7 +47,6 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -193,15 +197,10 @@ def dev_set(spec_path: Path, max_eval: int | None) -> DevSet:
 
 def tokenize(folder: Path, dev: DevSet) -> tuple[list[dict[str, list[int]]], int]:
     """The dev rows tokenized by the folder's own tokenizer (truncated), and its pad id."""
-    from transformers import AutoTokenizer
+    from pipeline.select.variant_stage import tokenize as tokenize_rows
 
-    tokenizer = AutoTokenizer.from_pretrained(str(folder))
-    texts = [list(dev.rows["text_a"])]
-    if "text_b" in dev.rows.column_names:
-        texts.append(list(dev.rows["text_b"]))
-    encoded = tokenizer(*texts, truncation=True, max_length=dev.max_length, return_token_type_ids=True)
-    rows = [{"input_ids": ids, "token_type_ids": types} for ids, types in zip(encoded["input_ids"], encoded["token_type_ids"])]
-    return rows, int(tokenizer.pad_token_id or 0)
+    text_b = list(dev.rows["text_b"]) if "text_b" in dev.rows.column_names else None
+    return tokenize_rows(folder, list(dev.rows["text_a"]), text_b, dev.max_length)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -228,9 +227,9 @@ class Entry:
     def name(self) -> str:
         return f"{self.model.name}/{self.runtime}"
 
-
-def out_folder(out: Path, name: str) -> Path:
-    return out / re.sub(r"[^A-Za-z0-9._-]+", "_", name)
+    @property
+    def config(self) -> dict[str, Any]:  # what `pipeline.select.variant_stage.time_shape` keys the architecture by
+        return self.model.config
 
 
 def prepare_entry(entry: Entry, rows: list[dict[str, list[int]]], pad_id: int, dev: DevSet, out: Path, threads: int) -> None:
@@ -253,6 +252,7 @@ def prepare_entry(entry: Entry, rows: list[dict[str, list[int]]], pad_id: int, d
 
 def build_variant_of(entry: Entry, out: Path, max_length: int):
     from pipeline.select.runtimes import build_variant
+    from pipeline.select.variant_stage import out_folder
 
     return build_variant(entry.model.folder, entry.runtime, out_folder(out, entry.model.name), seq_length_hint=max_length)
 
@@ -286,15 +286,6 @@ def prepare_all(models: list[Model], dev: DevSet, out: Path, threads: int, log: 
 # ----------------------------------------------------------------------------------------------
 
 
-def latency_inputs(config: dict[str, Any], batch: int, length: int) -> dict[str, np.ndarray]:
-    """`batch × length` random token ids, full mask (as `pipeline.select.latency`): no padding
-    for a model that truncates to look fast on."""
-    rng = np.random.default_rng(0)
-    vocab = int(config.get("vocab_size", 2))
-    input_ids = rng.integers(0, vocab, (batch, length), dtype=np.int64)
-    return {"input_ids": input_ids, "attention_mask": np.ones_like(input_ids), "token_type_ids": np.zeros_like(input_ids)}
-
-
 def references() -> list[str]:
     from pipeline.select.runtimes import RUNTIMES
 
@@ -302,17 +293,11 @@ def references() -> list[str]:
 
 
 def time_shape(entries: list[Entry], shape: tuple[int, int], settings: Any, log: Log):
-    """Every built entry at this shape, one timing per architecture and runtime, interleaved;
-    the result expanded to every entry (`measured_as` for those served by another's timing)."""
-    from pipeline.select.interleaved import architecture_key, group_by_key, measure_interleaved
+    """Every built entry at this shape, one timing per architecture and runtime, interleaved, in
+    this process (`pipeline.select.variant_stage.time_shape`, as the select stage times them)."""
+    from pipeline.select.variant_stage import time_shape as time_entries
 
-    live = {e.name: e for e in entries if e.error is None}
-    keys = {name: architecture_key(e.model.config, e.runtime, shape) for name, e in live.items()}
-    groups = group_by_key(keys, prefer=references())
-    runners = {rep: partial(live[rep].runner, latency_inputs(live[rep].model.config, *shape)) for rep in groups}
-    log(f"{shape_label(shape)}: timing {len(runners)} runner(s) for {len(live)} model × runtime entries, interleaved")
-    result = measure_interleaved(runners, references(), settings, log=log)
-    return result.expand(groups)
+    return time_entries(entries, shape, references(), settings, log)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -445,13 +445,76 @@ class TrackingConfig(_Model):
     registered_model: PlainName | None = None
 
 
+# The runtimes a student (and the teacher) can be timed and served in (`selection.runtimes`; issue
+# #22): eager PyTorch fp32, ONNX Runtime fp32 and int8 (`pipeline.select.runtimes`), and PyTorch
+# in half precision, which only a GPU runs fast (on a CPU fp16 matmuls are emulated).
+RuntimeName = Literal["torch", "onnxruntime", "onnxruntime-int8", "torch-fp16", "torch-bf16"]
+GPU_RUNTIMES = ("torch-fp16", "torch-bf16")
+# what a spec that names no runtime gets: what users serve encoders with on each device (CPUs: ONNX
+# Runtime int8; GPUs: half precision), beside eager fp32, which is always timed (see `_runtimes`)
+DEFAULT_RUNTIMES: dict[str, tuple[RuntimeName, ...]] = {"cpu": ("torch", "onnxruntime-int8"), "cuda": ("torch", "torch-fp16")}
+_SHAPE_TEXT = re.compile(r"\s*(\d+)\s*[xX×]\s*(\d+)\s*")
+DEFAULT_SHAPES = ("1x128", "32x64")  # `selection.latency.shapes`: online traffic (batch 1), and batches
+
+
+class Shape(_Model):
+    """One input shape the select stage times: `batch_size` rows of `seq_length` tokens. Written
+    `{batch_size: 1, seq_length: 128}` or as the text "1x128" (batch x length)."""
+
+    batch_size: PositiveInt
+    seq_length: PositiveInt
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_text(cls, data: Any) -> Any:
+        if isinstance(data, str):
+            match = _SHAPE_TEXT.fullmatch(data)
+            if not match:
+                raise ValueError('expected BATCHxLENGTH, e.g. "1x128", or {batch_size: 1, seq_length: 128}')
+            return {"batch_size": int(match[1]), "seq_length": int(match[2])}
+        return data
+
+    @property
+    def label(self) -> str:
+        """"1x128": how reports, logs and variants.parquet's column names (`latency_ms@1x128`) write it."""
+        return f"{self.batch_size}x{self.seq_length}"
+
+    def __str__(self) -> str:
+        return self.label
+
+
+def _shape_pair(value: Any) -> tuple[int, int] | None:
+    """(batch, length) of a shape as a spec writes it, or None when it is not a valid one (its
+    own field's validation then says why)."""
+    try:
+        shape = value if isinstance(value, Shape) else Shape.model_validate(value)
+    except ValidationError:
+        return None
+    return shape.batch_size, shape.seq_length
+
+
+def _positive_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
 class LatencyConfig(_Model):
     """`selection.latency`: how and where the select stage times the students and the teacher
-    (`pipeline.select.latency` says which nodes each setting picks)."""
+    (`pipeline.select.latency` says which nodes each setting picks).
+
+    Shapes: every variant is timed at each of `shapes` (default batch 1 × 128 tokens, what online
+    traffic sends, and 32 × 64); the front and the latency budget use `front_shape`. `batch_size`
+    × `seq_length` (the one shape timed before `shapes` existed) name the front's shape too, so
+    a spec that sets only them keeps its front where it was: `front_shape` defaults to them, and
+    is added to `shapes` when they do not list it. A spec that sets `front_shape` gets
+    `batch_size`/`seq_length` from it; setting both to different shapes is an error, and so is an
+    explicit `front_shape` that `shapes` does not list.
+    """
 
     device: Literal["cpu", "cuda"] = "cpu"
-    batch_size: PositiveInt = 32
+    batch_size: PositiveInt = 32  # the front's shape (`front_shape`), as fields
     seq_length: PositiveInt = 64
+    shapes: Annotated[list[Shape], Field(min_length=1)] = [Shape.model_validate(shape) for shape in DEFAULT_SHAPES]
+    front_shape: Shape = Shape(batch_size=32, seq_length=64)  # default: batch_size × seq_length (see the docstring)
     threads: PositiveInt | None = None
     warmup: NonNegInt = 3
     min_runs: PositiveInt = 10
@@ -462,12 +525,96 @@ class LatencyConfig(_Model):
     # False: one export per configuration, the seed the registry would serve; True: every seed
     all_seeds: bool = False
 
+    @model_validator(mode="before")
+    @classmethod
+    def _front_shape_of_fields(cls, data: Any) -> Any:
+        """Tie `front_shape` to `batch_size` × `seq_length` (the class docstring says how). Values
+        that are not valid are left as given, for their own fields to report."""
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        if data.get("front_shape") is None:
+            batch, length = data.get("batch_size", 32), data.get("seq_length", 64)
+            if not (_positive_int(batch) and _positive_int(length)):
+                data.pop("front_shape", None)
+                return data
+            data["front_shape"] = {"batch_size": batch, "seq_length": length}
+            shapes = data.get("shapes", list(DEFAULT_SHAPES))
+            pairs = [_shape_pair(shape) for shape in shapes] if isinstance(shapes, list) else [None]
+            if None not in pairs and (batch, length) not in pairs:
+                data["shapes"] = [*shapes, {"batch_size": batch, "seq_length": length}]
+            return data
+        pair = _shape_pair(data["front_shape"])
+        if pair is not None:
+            data.setdefault("batch_size", pair[0])
+            data.setdefault("seq_length", pair[1])
+        return data
+
+    @field_validator("shapes")
+    @classmethod
+    def _distinct_shapes(cls, shapes: list[Shape]) -> list[Shape]:
+        for i, shape in enumerate(shapes):
+            if shape in shapes[:i]:
+                raise ValueError(f"{shape} is listed twice")
+        return shapes
+
+    @field_validator("front_shape")
+    @classmethod
+    def _front_shape_is_timed(cls, front: Shape, info: ValidationInfo) -> Shape:
+        shapes = info.data.get("shapes")
+        if shapes is not None and front not in shapes:
+            raise ValueError(f"{front} is not one of selection.latency.shapes ({', '.join(map(str, shapes))}); "
+                             "the front's shape must be timed: add it there, or pick one of those")
+        differ = [f"selection.latency.{name} ({info.data[name]})" for name in ("batch_size", "seq_length")
+                  if info.data.get(name) is not None and info.data[name] != getattr(front, name)]
+        if differ:
+            raise ValueError(f"{front} disagrees with {' and '.join(differ)} (batch_size and seq_length name the "
+                             "front's shape too); set only front_shape, or the same shape in both")
+        return front
+
 
 class SelectionConfig(_Model):
     latency: LatencyConfig = LatencyConfig()
+    # the runtime variants of every student and of the teacher that are built, scored, timed and
+    # placed on the front (`pipeline.select.variants`); default: DEFAULT_RUNTIMES of the device
+    runtimes: list[RuntimeName] = list(DEFAULT_RUNTIMES["cpu"])  # on cuda: DEFAULT_RUNTIMES["cuda"] (`_device_default`)
     max_latency_ms: PositiveFloat | None = None
     min_speedup: PositiveFloat | None = None
     size_objective: bool = False
+
+    @model_validator(mode="before")
+    @classmethod
+    def _device_default(cls, data: Any) -> Any:
+        """No `runtimes` given: DEFAULT_RUNTIMES of the device (cpu where the device is not valid:
+        `latency` reports that itself)."""
+        if not isinstance(data, dict) or data.get("runtimes") is not None:
+            return data
+        latency = data.get("latency")
+        device = latency.device if isinstance(latency, LatencyConfig) else None
+        if isinstance(latency, dict):
+            device = latency.get("device")
+        return {**data, "runtimes": list(DEFAULT_RUNTIMES["cuda" if device == "cuda" else "cpu"])}
+
+    @field_validator("runtimes")
+    @classmethod
+    def _runtimes(cls, runtimes: list[RuntimeName], info: ValidationInfo) -> list[RuntimeName]:
+        """No repeats; no GPU runtime on a CPU; `torch` always (added first when missing).
+
+        `torch` is added rather than refused: eager fp32 is timed whatever the list says —
+        results.parquet's latency columns are eager fp32 (its contract), and every `speedup` is
+        over the teacher in eager fp32, what the user runs today — so requiring it in the list
+        would only make every spec repeat a fixed requirement; a list without it reads as "also
+        these", and a spec dumped after validation (`spec_to_dict`) shows it."""
+        for i, runtime in enumerate(runtimes):
+            if runtime in runtimes[:i]:
+                raise ValueError(f"{runtime!r} is listed twice")
+        latency = info.data.get("latency")
+        if isinstance(latency, LatencyConfig) and latency.device == "cpu":
+            gpu = [runtime for runtime in runtimes if runtime in GPU_RUNTIMES]
+            if gpu:
+                raise ValueError(f"{gpu[0]!r} is a GPU runtime, but selection.latency.device is cpu; on a CPU use torch, "
+                                 "onnxruntime or onnxruntime-int8, or time on cuda")
+        return runtimes if "torch" in runtimes else ["torch", *runtimes]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -1013,8 +1160,11 @@ def teacher_problems(spec: SweepSpec) -> list[str]:
     positions = ints.get("max_position_embeddings")
     if positions is not None and config.get("model_type") in _OFFSET_POSITIONS:
         positions -= ints.get("pad_token_id", 1) + 1
-    for field, length in (("task.max_seq_length", spec.task.max_seq_length),
-                          ("selection.latency.seq_length", spec.selection.latency.seq_length)):
+    latency = spec.selection.latency
+    lengths = [("task.max_seq_length", spec.task.max_seq_length), ("selection.latency.seq_length", latency.seq_length)]
+    lengths += [(f"selection.latency.shapes.{i} ({shape})", shape.seq_length) for i, shape in enumerate(latency.shapes)
+                if shape.seq_length != latency.seq_length]  # the front's shape is the fields' (said once)
+    for field, length in lengths:
         if positions is not None and length > positions:
             problems.append(f"{field}: {length} exceeds the teacher's {positions} positions ({source}); use at most {positions}")
     depth = ints.get("num_hidden_layers")

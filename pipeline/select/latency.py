@@ -41,6 +41,9 @@ process (`measure_all`):
   (Ray's default `max_calls=1` for GPU tasks: docs/stack-facts.md, "Measuring latency on Ray"),
   which would re-import torch and re-initialise CUDA for every student.
 - a node lost mid-way (its actor dies) hands its unfinished students back to the queue, once.
+- the runtime variants (`pipeline.select.variant_stage`) are built, scored and timed by one more
+  actor on one planned node (`on_one_node`): their timings are interleaved rounds, which
+  only mean something within one process, so they are never spread over nodes.
 
 Without Ray (unit tests, `drydock report`), the same functions run in this process, one after
 another, the teacher first.
@@ -418,6 +421,17 @@ class MeasuringActor:
         measured = measure_folder(path, self.settings, threads=int(granted) if granted else os.cpu_count())
         return measured.model_copy(update={"node_id": ray.get_runtime_context().get_node_id()}).model_dump()
 
+    def run(self, work: Callable[..., dict[str, Any]], job: Any) -> dict[str, Any]:
+        """`work(job, log, granted_threads=n)` on this node (the select stage's variants job,
+        `pipeline.select.variant_stage.run_variant_job`), n the CPUs this actor reserved; its log
+        lines come back with the result (`log`), for the driver to print."""
+        import ray
+
+        granted = ray.get_runtime_context().get_assigned_resources().get("CPU")
+        lines: list[str] = []
+        out = work(job, lines.append, granted_threads=int(granted) if granted else os.cpu_count())
+        return {**out, "log": lines}
+
 
 def measure_all(
     students: Mapping[str, Path],
@@ -486,20 +500,49 @@ def _measure_here(students: Mapping[str, Path], settings: LatencyConfig, log: Ca
     return out
 
 
-def _measure_on_nodes(ray, students: Mapping[str, Path], settings: LatencyConfig, log: Callable[[str], None],
-                      teacher: Path | None, store: WorkStore | None) -> Timings:
-    from ray.exceptions import RayActorError
+def _actors(ray, planned: list[MeasuringNode], settings: LatencyConfig) -> dict[str, Any]:
+    """node_id → a `MeasuringActor` pinned to that node, reserving all of it."""
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    planned = plan_nodes(ray.nodes(), settings, max_nodes=len(students))
     actor_class = ray.remote(MeasuringActor)
-    actors = {
+    return {
         n.node_id: actor_class.options(
             **n.request, max_restarts=0, max_task_retries=0,
             scheduling_strategy=NodeAffinitySchedulingStrategy(n.node_id, soft=False),
         ).remote(settings.model_dump())
         for n in planned
     }
+
+
+def on_one_node(work: Callable[..., dict[str, Any]], job: Any, settings: LatencyConfig,
+                log: Callable[[str], None] = print) -> dict[str, Any]:
+    """`work(job, log, granted_threads=...)` under Ray in one `MeasuringActor` on one planned node
+    (the variants job: every runner of a shape must share one process), else here (the thread
+    count then left to `work`). Returns what `work` returns."""
+    ray = _ray_if_running()
+    if ray is None:
+        return work(job, log, granted_threads=None)
+    actors = _actors(ray, plan_nodes(ray.nodes(), settings, max_nodes=1), settings)
+    try:
+        described = _started(ray, actors, log)
+        node_id = next(iter(described))
+        log(f"variants: on node {described[node_id]['host']} ({node_id[:12]}, {described[node_id]['device_name']}), "
+            "every model and runtime in one process")
+        out = _get(ray, actors[node_id].run.remote(work, job))
+    finally:
+        for actor in actors.values():
+            ray.kill(actor)
+    for line in out.pop("log", []):
+        log(line)
+    return out
+
+
+def _measure_on_nodes(ray, students: Mapping[str, Path], settings: LatencyConfig, log: Callable[[str], None],
+                      teacher: Path | None, store: WorkStore | None) -> Timings:
+    from ray.exceptions import RayActorError
+
+    planned = plan_nodes(ray.nodes(), settings, max_nodes=len(students))
+    actors = _actors(ray, planned, settings)
     out = Timings()
     try:
         described = _started(ray, actors, log)

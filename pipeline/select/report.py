@@ -8,7 +8,8 @@ each copy is replaced whole (a temporary file renamed), so a reader never sees h
 sweep folder with no recorded run (no state.json) gets them at its top only, as before.
 
 Everything here is derived from files the sweep already wrote — results.parquet, latency.json
-(the teacher's timing and the settings) and the spec the run saved — so `drydock report
+(the teacher's timing and the settings), variants.parquet (the runtime variants, when built) and
+the spec the run saved — so `drydock report
 WORKDIR/SWEEP` rebuilds the same report later, on another machine, without timing or training
 anything (and `drydock report WORKDIR/SWEEP/runs/<run id>` an earlier run's, in its folder).
 Selection is recomputed with the pure functions of `pipeline.select.pareto`; it is
@@ -38,6 +39,17 @@ from pipeline.errors import DrydockError
 from pipeline.select.champion import champion_rule
 from pipeline.select.latency import LATENCY_FILE, LatencyRecord, Measurement, load_record
 from pipeline.select.pareto import Selection, config_key, row_params, select
+from pipeline.select.variants import (
+    EAGER,
+    INT8,
+    TEACHER,
+    dominated_by,
+    read_variants,
+    shape_column,
+    stack_summary,
+    table_shapes,
+    variants_path,
+)
 
 REPORT_MD = "report.md"
 REPORT_HTML = "report.html"
@@ -94,6 +106,7 @@ class ReportContext:
     selection: SelectionConfig
     teacher_name: str | None = None
     latency: LatencyRecord | None = None
+    variants: pd.DataFrame | None = None  # variants.parquet (`pipeline.select.variants`), when the stage built it
 
     @property
     def teacher(self) -> Measurement | None:
@@ -279,6 +292,50 @@ def failures(frame: pd.DataFrame) -> list[str]:
     return [f"- {r['trial_id']}: {str(r['error'] or 'no reason recorded')[:200]}" for _, r in failed.iterrows()]
 
 
+def variants_table(table: pd.DataFrame) -> pd.DataFrame:
+    """Display strings for variants.parquet: each model in each runtime, its own metric and the
+    change from the same model in eager fp32, its size, and at each shape the p50 with its ~95%
+    interval and the speedups over the teacher in eager fp32 and in the same runtime."""
+    metric_name = _metric_name(table)
+    fp32 = {str(r["trial_id"]): r["metric"] for _, r in table[table["runtime"] == EAGER].iterrows()}
+    rows = []
+    for _, r in table.iterrows():
+        base = fp32.get(str(r["trial_id"]))
+        delta = r["metric"] - base if not (_missing(r["metric"]) or _missing(base)) else None
+        row = {"model": r["trial_id"], "runtime": r["runtime"], metric_name: fmt(r["metric"]),
+               "Δ vs fp32 (pts)": DASH if delta is None else f"{delta * 100:+.2f}",
+               "size MB": DASH if _missing(r["size_bytes"]) else f"{r['size_bytes'] / 1e6:.2f}"}
+        for shape in table_shapes(table):
+            p50, low, high = (r[shape_column(f, shape)] for f in ("latency_ms", "latency_low_ms", "latency_high_ms"))
+            row[f"p50 ms @{shape}"] = DASH if _missing(p50) else f"{p50:.2f} [{low:.2f}–{high:.2f}]"
+            row[f"speedup @{shape} (fp32 / same)"] = (f"{fmt_speedup(r[shape_column('speedup', shape)])} / "
+                                                      f"{fmt_speedup(r[shape_column('speedup_same_runtime', shape)])}")
+        row["Pareto"] = "★" if not _missing(r["pareto"]) and bool(r["pareto"]) else ""
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def variants_note(table: pd.DataFrame, selection: SelectionConfig) -> str:
+    """What the Runtimes table is, what each stage of the stack bought (`stack_summary`), which
+    students dominate the teacher's int8 variant, and which variants failed."""
+    front = str(table["front_shape"].dropna().iloc[0]) if table["front_shape"].notna().any() else DASH
+    parts = [f"Each model in each runtime, scored on the dev set itself; timed interleaved in one process at each shape "
+             f"(p50 [~95% interval]); ★ on the front over (configuration, runtime) at {front}, where a latency difference "
+             "inside the intervals never decides. The teacher is shown, never on the front."]
+    summary = stack_summary(table, size_objective=selection.size_objective, max_latency_ms=selection.max_latency_ms,
+                            min_speedup=selection.min_speedup)
+    if summary is not None:
+        parts.append(summary.line())
+    if ((table["trial_id"] == TEACHER) & (table["runtime"] == INT8)).any():
+        beaters = dominated_by(table, TEACHER, INT8, size_objective=selection.size_objective)
+        parts.append(f"Students that dominate the teacher in {INT8}: {', '.join(beaters) if beaters else 'none'}.")
+    failed = table[table["error"].notna()]
+    if len(failed):
+        parts.append("Failed: " + "; ".join(f"{r['trial_id']}/{r['runtime']} ({str(r['error'])[:160]})"
+                                            for _, r in failed.iterrows()) + ".")
+    return " ".join(parts)
+
+
 # ----------------------------------------------------------------------------------------------
 # the plot
 # ----------------------------------------------------------------------------------------------
@@ -357,6 +414,8 @@ def write_report(sweep_dir: Path, frame: pd.DataFrame, ctx: ReportContext, chose
           "a percentile bootstrap over those pairs. An interval that spans 0 is no evidence of a difference.")),
         ("All configurations", config_table(ordered, metric_name), "★ Pareto member, ◆ champion."),
     ]
+    if ctx.variants is not None and len(ctx.variants):
+        sections.append(("Runtimes", variants_table(ctx.variants), variants_note(ctx.variants, ctx.selection)))
     intro = [teacher_line(frame, ctx), latency_line(ctx), champion_line(chosen, ctx), trial_counts(frame)]
     failed = failures(frame)
 
@@ -421,7 +480,8 @@ def saved_spec(sweep_dir: Path) -> SweepSpec | None:
 
 
 def rebuild_report(sweep_dir: Path) -> ReportFiles:
-    """`drydock report`: the report again from results.parquet, latency.json and the saved spec,
+    """`drydock report`: the report again from results.parquet, latency.json, variants.parquet
+    (when the stage built it; nothing is timed again) and the saved spec,
     written into the current run's folder and copied to the top of `sweep_dir` (returned: the
     copies). Given a run's own folder (`runs/<run id>`: its table moved there when the next run
     started), that run's report is rebuilt in it, and the top level is left to the newest."""
@@ -433,11 +493,12 @@ def rebuild_report(sweep_dir: Path) -> ReportFiles:
     run_dir = current_run_dir(sweep_dir)
     # the run's own latency.json; a run from before runs kept theirs: the one at the top
     record = load_record(run_dir) if run_dir is not None and (run_dir / LATENCY_FILE).is_file() else load_record(sweep_dir)
+    variants = read_variants(variants_path(run_dir if run_dir is not None and variants_path(run_dir).is_file() else sweep_dir))
     ctx = ReportContext(
         sweep=spec.name if spec else sweep_dir.name,
         selection=spec.selection if spec else SelectionConfig(),
         teacher_name=(record.teacher_name if record and record.teacher_name else spec.teacher.model if spec else _teacher_from_students(frame)),
-        latency=record,
+        latency=record, variants=variants if len(variants) else None,
     )
     if run_dir is None:
         return write_report(sweep_dir, frame, ctx)

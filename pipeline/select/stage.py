@@ -9,8 +9,15 @@ It runs after the search, on the sweep's current results.parquet, in the sweep's
    against its own node's teacher (`pipeline.select.latency`);
 2. select — pure functions over the table (`pipeline.select.pareto`); results.parquet is rewritten
    atomically with latency_ms, latency_p90_ms, speedup and pareto filled, and latency.json keeps
-   the teacher's timing so `drydock report` can rebuild the report later;
-3. report — report.md / report.html / pareto.png / pareto.csv, with latency.json, in the run's
+   the teacher's timing so `drydock report` can rebuild the report later.
+   Then the runtime variants (`pipeline.select.variant_stage`), when the spec asks for more
+   than eager fp32 at one shape: the teacher and every timed student in each runtime of
+   `selection.runtimes`, checked against eager fp32, scored on the dev set and timed
+   interleaved in one process at every shape of `selection.latency.shapes`, into
+   variants.parquet with its own front (`pipeline.select.variants`). A variant that fails is
+   a row with its error; the step failing as a whole is a log line. Neither stops the stage.
+3. report — report.md / report.html / pareto.png / pareto.csv (with a Runtimes section from
+   variants.parquet), with latency.json and variants.parquet, in the run's
    own folder `runs/<run id>/` (a later run never overwrites them) and copied to the top of the
    sweep folder (the newest run's: `pipeline.select.report.publish_latest`), logged to the
    sweep's parent run with the updated results table;
@@ -38,9 +45,11 @@ from pipeline.prepare.model_card import write_card
 from pipeline.select.dev_set import DEV_SPLIT, DevSet, dev_set_of
 from pipeline.select.evaluate import evaluate, labelled_split
 from pipeline.select.latency import LatencyRecord, Measurement, Timings, fill_latency, measure_all, save_record
-from pipeline.select.pareto import latency_plan, select, served_by
+from pipeline.select.pareto import Selection, latency_plan, select, served_by
 from pipeline.select.registry import Rescore, register_front
 from pipeline.select.report import ReportContext, ReportFiles, current_run_dir, publish_latest, write_report
+from pipeline.select.variant_stage import variants_step
+from pipeline.select.variants import variants_path
 from pipeline.storage import WorkStore
 from pipeline.tracking import SweepTracker
 
@@ -173,25 +182,14 @@ def select_stage(
     latency_file = save_record(out_dir, record)
     log_trial_latency(tracker, frame, measured, timings.teachers)
 
+    # 2b. the runtime variants of the timed students and the teacher (variants.parquet; results.parquet is eager fp32)
+    timed = {t: p for t, p in students.items() if t in measured}
+    variants = variants_step(spec, timed, teacher_folder, out_dir, log, store=store)
+
     # 3. report
-    files = write_report(out_dir, frame, ReportContext(spec.name, spec.selection, spec.teacher.model, record), chosen)
-    latest = ReportFiles.of(sweep_dir)
-    if run_dir is not None:  # together: the top level holds one run's set, the newest complete one
-        publish_latest([*files.all(), latency_file], sweep_dir)
-    for path in files.all():
-        tracker.log_parent_artifact(path, "report")
-    tracker.log_parent_artifact(latency_file)
-    tracker.log_parent_artifact(results_path)
-    summary = {"select/pareto_size": float(len(chosen.front)), "select/configurations": float(len(chosen.configs))}
-    if teacher is not None:
-        summary.update({"teacher/latency_ms": teacher.p50_ms, "teacher/latency_p90_ms": teacher.p90_ms})
-    if chosen.champion is not None:
-        summary.update({"champion/metric": float(chosen.champion["metric_mean"]), "champion/latency_ms": float(chosen.champion["best_latency_ms"])})
-    tracker.log_parent(metrics=summary)
-    shown = lambda p: _kept_at(p, store)  # where they will be kept
-    kept = f" (this run's own in {shown(run_dir)})" if run_dir is not None else ""
-    log(f"select: {len(chosen.front)} Pareto configuration(s) of {len(chosen.configs)}; "
-        f"report {shown(latest.markdown)}, plot {shown(latest.plot)}{kept}")
+    context = ReportContext(spec.name, spec.selection, spec.teacher.model, record, variants)
+    publish(sweep_dir, run_dir, out_dir, frame, chosen, context, tracker, log, store,
+            [latency_file] + ([variants_path(out_dir)] if variants is not None else []))
 
     # 4. registry
     if len(chosen.front):
@@ -210,3 +208,31 @@ def select_stage(
     if chosen.champion is None and len(chosen.configs):
         log("select: no Pareto configuration's registered seed meets the latency budget; the champion alias is left alone")
     return frame
+
+
+def publish(sweep_dir: Path, run_dir: Path | None, out_dir: Path, frame: pd.DataFrame, chosen: Selection,
+            context: ReportContext, tracker: SweepTracker, log: Callable[[str], None], store: WorkStore | None,
+            records: list[Path]) -> None:
+    """The report files in `out_dir`, copied with `records` (latency.json, variants.parquet) to
+    the sweep's top level when `out_dir` is a run's own folder; all logged to the parent run with
+    the results table, and the summary metrics."""
+    files = write_report(out_dir, frame, context, chosen)
+    latest = ReportFiles.of(sweep_dir)
+    if run_dir is not None:  # together: the top level holds one run's set, the newest complete one
+        publish_latest([*files.all(), *records], sweep_dir)
+    for path in files.all():
+        tracker.log_parent_artifact(path, "report")
+    for path in records:
+        tracker.log_parent_artifact(path)
+    tracker.log_parent_artifact(sweep_dir / results_table.RESULTS_FILE)
+    summary = {"select/pareto_size": float(len(chosen.front)), "select/configurations": float(len(chosen.configs))}
+    teacher = context.teacher
+    if teacher is not None:
+        summary.update({"teacher/latency_ms": teacher.p50_ms, "teacher/latency_p90_ms": teacher.p90_ms})
+    if chosen.champion is not None:
+        summary.update({"champion/metric": float(chosen.champion["metric_mean"]), "champion/latency_ms": float(chosen.champion["best_latency_ms"])})
+    tracker.log_parent(metrics=summary)
+    shown = lambda p: _kept_at(p, store)  # where they will be kept
+    kept = f" (this run's own in {shown(run_dir)})" if run_dir is not None else ""
+    log(f"select: {len(chosen.front)} Pareto configuration(s) of {len(chosen.configs)}; "
+        f"report {shown(latest.markdown)}, plot {shown(latest.plot)}{kept}")

@@ -176,6 +176,8 @@ def test_a_sweep_of_more_trials_than_the_limit_is_refused_before_any_work(tmp_pa
      "task.max_seq_length: 1024 exceeds the teacher's 512 positions (teacher.architecture); use at most 512"),
     (["selection.latency.seq_length=600"],
      "selection.latency.seq_length: 600 exceeds the teacher's 512 positions (teacher.architecture); use at most 512"),
+    (["selection.latency.shapes=[1x600]"],
+     "selection.latency.shapes.0 (1x600): 600 exceeds the teacher's 512 positions (teacher.architecture); use at most 512"),
     (["student.num_layers=6"], "student.num_layers: 6 layers exceed the teacher's 4 (teacher.architecture)"),
     (["student.num_layers=null", "student.layers=[0, 4]"],
      "student.layers: index 4 is not a layer of the 4-layer teacher (indices 0-3; teacher.architecture)"),

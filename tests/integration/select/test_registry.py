@@ -328,7 +328,9 @@ def test_select_stage_measures_selects_reports_and_registers(tmp_path, tiny_toke
         "name": "stage", "task": {"name": "synthetic", "source": "synthetic", "max_seq_length": 32},
         "teacher": {"model": "random", "architecture": {"num_layers": 4}, "tokenizer": {"vocab_size": 100}},
         "tracking": {"registered_model": "stage-student"},
-        "selection": {"latency": {"batch_size": 4, "seq_length": 32, "threads": 1, "warmup": 1, "min_runs": 3, "min_seconds": 0.05}},
+        "selection": {"runtimes": ["torch"],  # eager fp32 at one shape: no variants step (test_variants_stage.py)
+                      "latency": {"batch_size": 4, "seq_length": 32, "shapes": ["4x32"], "threads": 1, "warmup": 1, "min_runs": 3,
+                                  "min_seconds": 0.05}},
     })
     tracker = SweepTracker(spec, workdir)
     tracker.start_parent(resume=False)

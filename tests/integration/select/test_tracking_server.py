@@ -176,7 +176,7 @@ def test_smoke_sweep_logs_registers_and_serves_through_an_authenticated_server(m
             f"tracking.uri={server.uri}", "tracking.experiment=smoke-server", f"tracking.registered_model={MODEL}",
             "methods={kd: {alpha: 0.5}}", "search.scheduler=fifo", "teacher.finetune.epochs=1", "train.epochs=1",
             "task.synthetic={num_train: 256, num_dev: 64, num_labels: 2}",
-            "selection.latency={device: cpu, batch_size: 8, seq_length: 32, warmup: 1, min_runs: 3, min_seconds: 0.05}",
+            "selection.latency={device: cpu, batch_size: 8, seq_length: 32, shapes: [8x32], warmup: 1, min_runs: 3, min_seconds: 0.05}",
         ])
         workdir = tmp_path / "work"
         frame = run_sweep(spec, workdir)

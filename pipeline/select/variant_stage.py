@@ -1,0 +1,342 @@
+"""The select stage's variants step: every timed student and the teacher in every runtime of
+`selection.runtimes`, built, checked, scored on the dev set and timed interleaved at every shape
+of `selection.latency.shapes`, into `variants.parquet` (issue #22).
+
+Why a step of its own, after the eager fp32 selection: results.parquet keeps its contract (eager
+fp32 columns, one latency per student timed alone on its node), and a variant that cannot be
+built or scored must never stop the stage — it becomes a row with its `error`, and the eager
+results, the report and the registry go on.
+
+Why one process: ratios are only trustworthy within a round of one process
+(`pipeline.select.interleaved`), so every (model, runtime) of a shape, the teacher included, is
+timed in the same worker — under Ray one `MeasuringActor` on one planned node (it reserves the
+whole node, as the eager measurements do; `pipeline.select.latency.on_one_node`),
+otherwise this process. Models whose compute and runtime are the same are one measurement
+(`architecture_key`); the others say which runner they were `measured_as`.
+
+The job (`run_variant_job`) takes and returns plain data (`VariantJob` as a dict, dicts back), so
+it crosses a Ray call unchanged; it imports no Ray and no MLflow. The dev rows travel as texts and
+labels (read once by the driver, as the stage's `judging` reads them: `labelled_split(spec,
+DEV_SPLIT)`), and each folder tokenizes them with its own tokenizer at `task.max_seq_length`.
+
+The `torch` variant is scored here too, with the same code as the others (`evaluate_variant`),
+not copied from the trial's recorded metric: the report's "Δ vs fp32" of an int8 variant then
+compares two figures computed the same way on the same rows, so it measures the runtime alone
+(the trial's figure comes from the training loop's evaluation, and the teacher has no trial);
+it costs one forward pass over the dev set per model, little beside an ONNX export.
+
+`benchmarks/runtimes.py` uses the same pieces (`tokenize`, `out_folder`, `time_shape` with its
+`latency_inputs`) for its stand-alone table.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from pipeline.select.interleaved import InterleavedResult, InterleaveSettings, architecture_key, group_by_key, measure_interleaved
+from pipeline.select.variants import TEACHER, VariantFacts, runner_name, variant_rows, variants_path, write_variants
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from pipeline.config import SelectionConfig, SweepSpec
+    from pipeline.storage import WorkStore
+
+Log = Callable[[str], None]
+PARITY_ROWS = 32  # the reference batch: the first dev rows, padded as a serving batch is
+EVAL_BATCH = 32
+VARIANTS_DIR = "variants"  # <out_dir>/variants/<trial_id or teacher>/: the ONNX files
+
+
+@dataclass
+class DevRows:
+    """The dev set as plain data: what the variants are scored on, in any process."""
+
+    text_a: list[str]
+    text_b: list[str] | None
+    labels: list[float]  # class indices (ints) or regression targets, as the split holds them
+    metric_names: list[str]
+    primary: str
+    regression: bool
+    max_length: int
+
+    @classmethod
+    def of(cls, rows: Any, task: Any, max_length: int) -> DevRows:
+        """From a split as `labelled_split` returns it and the task (`task_spec`)."""
+        text_b = list(rows["text_b"]) if "text_b" in rows.column_names else None
+        return cls(list(rows["text_a"]), text_b, list(rows["label"]), list(task.metrics),
+                   task.primary_metric, bool(task.regression), int(max_length))
+
+
+@dataclass
+class VariantJob:
+    """What one worker builds, scores and times. `models`: name → folder (or its address in the
+    work `location`), the teacher under TEACHER; `out`: the folder (or address) the ONNX files go
+    under; `shapes`: (batch, length) pairs; `threads`: None = the worker's own choice."""
+
+    models: dict[str, str]
+    runtimes: list[str]
+    shapes: list[tuple[int, int]]
+    dev: DevRows
+    out: str  # <out_dir>/variants: each model's files in a folder of its own (`out_folder`)
+    interleave: dict[str, Any]
+    device: str = "cpu"
+    threads: int | None = None
+    location: str | None = None
+
+
+@dataclass
+class Entry:
+    """One model in one runtime, while the job runs."""
+
+    model: str
+    folder: Path
+    runtime: str
+    config: dict[str, Any] = field(default_factory=dict)
+    variant: Any = None  # pipeline.select.runtimes.Variant
+    runner: Any = None  # pipeline.select.runtimes.Runner
+    metrics: dict[str, float] = field(default_factory=dict)
+    parity: float | None = None
+    build_seconds: float = 0.0
+    error: str | None = None
+
+    @property
+    def name(self) -> str:
+        return runner_name(self.model, self.runtime)
+
+
+# ----------------------------------------------------------------------------------------------
+# pieces, shared with benchmarks/runtimes.py
+# ----------------------------------------------------------------------------------------------
+
+
+def tokenize(folder: Path, text_a: Sequence[str], text_b: Sequence[str] | None, max_length: int) -> tuple[list[dict[str, list[int]]], int]:
+    """The rows tokenized by the folder's own tokenizer (truncated to `max_length`), and its pad id."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(folder))
+    texts = [list(text_a)] + ([list(text_b)] if text_b is not None else [])
+    encoded = tokenizer(*texts, truncation=True, max_length=max_length, return_token_type_ids=True)
+    rows = [{"input_ids": ids, "token_type_ids": types} for ids, types in zip(encoded["input_ids"], encoded["token_type_ids"])]
+    return rows, int(tokenizer.pad_token_id or 0)
+
+
+def latency_inputs(config: Mapping[str, Any], batch: int, length: int) -> dict[str, np.ndarray]:
+    """`batch × length` random token ids, full mask (as `pipeline.select.latency`): no padding
+    for a model that truncates to look fast on."""
+    rng = np.random.default_rng(0)
+    vocab = int(config.get("vocab_size", 2))
+    input_ids = rng.integers(0, vocab, (batch, length), dtype=np.int64)
+    return {"input_ids": input_ids, "attention_mask": np.ones_like(input_ids), "token_type_ids": np.zeros_like(input_ids)}
+
+
+def out_folder(out: Path, name: str) -> Path:
+    """`<out>/<name>`, the name made safe for a folder."""
+    return Path(out) / re.sub(r"[^A-Za-z0-9._-]+", "_", name)
+
+
+def prepare_variant(entry: Entry, rows: list[dict[str, Any]], pad_id: int, labels: Sequence[float], metric_names: Sequence[str],
+                    regression: bool, out: Path, threads: int, max_length: int, device: str = "cpu") -> None:
+    """Build the variant (files under `out_folder(out, model)`), load it, check it against the
+    folder's eager fp32 logits on the first PARITY_ROWS rows (raises when it is off), score it
+    on the rows. The entry is filled as far as it got."""
+    from pipeline.errors import DrydockError
+    from pipeline.select.runtimes import RUNTIMES, build_variant, check_parity, evaluate_variant, load_runner, pad_batch
+
+    if entry.runtime not in RUNTIMES:  # the spec accepts GPU half precision; drydock does not build it yet
+        raise DrydockError(f"runtime {entry.runtime}: not built yet (built: {', '.join(RUNTIMES)})")
+    started = time.perf_counter()
+    entry.variant = build_variant(entry.folder, entry.runtime, out_folder(out, entry.model), seq_length_hint=max_length)
+    entry.build_seconds = time.perf_counter() - started
+    entry.runner = load_runner(entry.variant, threads, device)
+    entry.parity = check_parity(entry.folder, entry.variant, pad_batch(rows[:PARITY_ROWS], pad_id), threads=threads)
+    entry.metrics = evaluate_variant(entry.runner, rows, labels, metric_names, regression, batch_size=EVAL_BATCH, pad_id=pad_id)
+
+
+def time_shape(entries: Sequence[Entry], shape: tuple[int, int], references: Sequence[str], settings: InterleaveSettings,
+               log: Log | None = None, synchronize: Callable[[], object] | None = None) -> InterleavedResult:
+    """Every entry without an error at this shape, one timing per architecture and runtime,
+    interleaved; the result expanded to every entry (`measured_as` for those served by another's
+    timing). References that are not live (their variant failed) are left out."""
+    live = {e.name: e for e in entries if e.error is None and e.runner is not None}
+    keys = {name: architecture_key(e.config, e.runtime, shape) for name, e in live.items()}
+    refs = [ref for ref in references if ref in live]
+    groups = group_by_key(keys, prefer=refs)
+    runners = {rep: partial(live[rep].runner, latency_inputs(live[rep].config, *shape)) for rep in groups}
+    if log is not None:
+        log(f"variants: {shape[0]}x{shape[1]}: timing {len(runners)} runner(s) for {len(live)} model × runtime variant(s), interleaved")
+    result = measure_interleaved(runners, refs, settings, log=log, synchronize=synchronize)
+    return result.expand(groups)
+
+
+# ----------------------------------------------------------------------------------------------
+# the job, in whatever process runs it
+# ----------------------------------------------------------------------------------------------
+
+
+def _failure(e: BaseException) -> str:
+    text = str(e).strip()
+    return f"{type(e).__name__}: {text.splitlines()[-1] if text else ''}"[:500]
+
+
+def _prepare_all(job: VariantJob, folders: dict[str, Path], out: Path, threads: int, log: Log) -> list[Entry]:
+    """Every model in every runtime; a failure is the entry's `error`, the others go on."""
+    import json
+
+    entries = []
+    for model, folder in folders.items():
+        try:
+            config = json.loads((folder / "config.json").read_text())
+            rows, pad_id = tokenize(folder, job.dev.text_a, job.dev.text_b, job.dev.max_length)
+        except Exception as e:  # noqa: BLE001 — a broken folder is its rows' error, not the stage's
+            entries += [Entry(model, folder, runtime, error=_failure(e)) for runtime in job.runtimes]
+            log(f"variants: {model}: cannot be read ({entries[-1].error})")
+            continue
+        for runtime in job.runtimes:
+            entry = Entry(model, folder, runtime, config=config)
+            try:
+                prepare_variant(entry, rows, pad_id, job.dev.labels, job.dev.metric_names, job.dev.regression, out, threads,
+                                job.dev.max_length, job.device)
+            except Exception as e:  # noqa: BLE001 — a variant that fails is a row with its error
+                entry.error, entry.runner = _failure(e), None
+            entries.append(entry)
+            metric = entry.metrics.get(job.dev.primary, math.nan)
+            log(f"variants: {entry.name}: " + (f"failed ({entry.error})" if entry.error else
+                f"{job.dev.primary} {metric:.4f}, {entry.variant.size_bytes / 1e6:.2f} MB, parity {entry.parity:.2g}"))
+    return entries
+
+
+def _threads(job: VariantJob, granted: int | None) -> int:
+    import torch
+
+    return job.threads or granted or torch.get_num_threads()
+
+
+def run_variant_job(job: VariantJob | dict[str, Any], log: Log = print, *, granted_threads: int | None = None) -> dict[str, Any]:
+    """Build, check, score and time everything `job` names, in this process; returns
+    `{"facts": [VariantFacts as dicts], "measurements": {"BxL": InterleavedResult dump},
+    "threads": n}`. The work location's models are fetched first, and the ONNX files pushed
+    back to it after (their `path` is then their address there)."""
+    from pipeline.storage import WorkStore
+
+    job = job if isinstance(job, VariantJob) else _job_of(job)
+    store = WorkStore.open(job.location) if job.location is not None else None
+    folders = {name: store.localize(ref) if store is not None else Path(ref) for name, ref in job.models.items()}
+    out_key = store.key_of(job.out) if store is not None and store.is_remote else None
+    out = store.path(out_key) if store is not None and out_key is not None else Path(job.out)
+    threads = _threads(job, granted_threads)
+    entries = _prepare_all(job, folders, out, threads, log)
+    references = [runner_name(TEACHER, runtime) for runtime in job.runtimes]
+    settings = InterleaveSettings.model_validate(job.interleave)
+    sync = None
+    if job.device == "cuda":
+        import torch
+
+        sync = torch.cuda.synchronize
+    measurements = {f"{b}x{n}": time_shape(entries, (b, n), references, settings, log, sync) for b, n in job.shapes}
+    if store is not None and out_key is not None and out.is_dir():
+        store.push(out_key)  # the ONNX files, where the driver and a consumer find them
+
+    def kept(path: Path) -> str:
+        key = store.key_of(path) if store is not None and store.is_remote else None
+        return store.uri(key) if store is not None and key is not None else str(path)
+
+    facts = [VariantFacts(
+        trial_id=e.model, runtime=e.runtime, metric=e.metrics.get(job.dev.primary), metric_name=job.dev.primary,
+        size_bytes=e.variant.size_bytes if e.variant is not None else None,
+        path=kept(e.variant.path) if e.variant is not None else None, parity_max_abs_diff=e.parity, error=e.error,
+    ) for e in entries]
+    return {"facts": [asdict(f) for f in facts], "threads": threads,
+            "measurements": {label: r.model_dump() for label, r in measurements.items()}}
+
+
+def _job_of(data: Mapping[str, Any]) -> VariantJob:
+    values = dict(data)
+    values["dev"] = DevRows(**values["dev"])
+    values["shapes"] = [tuple(s) for s in values["shapes"]]
+    return VariantJob(**values)
+
+
+def job_dict(job: VariantJob) -> dict[str, Any]:
+    """The job as plain data, for a Ray call."""
+    return asdict(job)
+
+
+# ----------------------------------------------------------------------------------------------
+# the stage's side
+# ----------------------------------------------------------------------------------------------
+
+
+def variants_wanted(selection: SelectionConfig) -> bool:
+    """Only when there is something to build or time beyond the eager fp32 measurement: another
+    runtime than `torch`, or more than one shape (the smoke spec, which the test suite runs,
+    asks for neither, so its sweeps cost what they did)."""
+    return list(selection.runtimes) != ["torch"] or len(selection.latency.shapes) > 1
+
+
+def _address(path: Path, store: WorkStore | None) -> str:
+    key = store.key_of(path) if store is not None and store.is_remote else None
+    return str(path) if store is None or key is None else store.uri(key)
+
+
+def variant_job(spec: SweepSpec, students: Mapping[str, Path], teacher: Path, out_dir: Path, dev: DevRows,
+                store: WorkStore | None = None) -> VariantJob:
+    """The job for the teacher and `students` (trial_id → folder) under `spec`'s selection."""
+    latency = spec.selection.latency
+    remote = store is not None and store.is_remote
+    return VariantJob(
+        models={TEACHER: _address(teacher, store), **{t: _address(p, store) for t, p in students.items()}},
+        runtimes=list(spec.selection.runtimes), shapes=[(s.batch_size, s.seq_length) for s in latency.shapes], dev=dev,
+        out=_address(out_dir / VARIANTS_DIR, store), interleave=InterleaveSettings.from_latency(latency).model_dump(),
+        device=latency.device, threads=latency.threads, location=store.location if remote and store is not None else None,
+    )
+
+
+def variants_step(spec: SweepSpec, students: Mapping[str, Path], teacher: Path | None, out_dir: Path, log: Log = print,
+                  *, store: WorkStore | None = None) -> pd.DataFrame | None:
+    """`<out_dir>/variants.parquet` for the teacher and the timed `students`, or None when the
+    spec wants no variants, there is nothing to compare, or the step as a whole could not run
+    (said in the log: the stage goes on without it). Variant failures are rows, not exceptions."""
+    from pipeline.prepare.data import task_spec
+    from pipeline.select.dev_set import DEV_SPLIT
+    from pipeline.select.evaluate import labelled_split
+    from pipeline.select.latency import on_one_node
+
+    selection = spec.selection
+    if not variants_wanted(selection):
+        return None
+    if teacher is None or not students:
+        log("variants: no teacher or no timed student; no runtime variants built")
+        return None
+    try:
+        dev = DevRows.of(labelled_split(spec, DEV_SPLIT), task_spec(spec.task), spec.task.max_seq_length)
+        job = variant_job(spec, students, teacher, out_dir, dev, store)
+        log(f"variants: {len(job.models)} model(s) × {', '.join(job.runtimes)} at "
+            f"{', '.join(s.label for s in selection.latency.shapes)}, scored on {len(dev.labels)} dev rows")
+        outcome = on_one_node(run_variant_job, job_dict(job), selection.latency, log)
+        table = variants_table(outcome, selection)
+    except Exception as e:  # noqa: BLE001 — the eager results, the report and the registry go on
+        log(f"variants: not built ({_failure(e)})")
+        return None
+    write_variants(variants_path(out_dir), table)
+    return table
+
+
+def variants_table(outcome: Mapping[str, Any], selection: SelectionConfig) -> pd.DataFrame:
+    """`run_variant_job`'s result as the variants table (`variant_rows`), front marked under the
+    spec's objectives and budget."""
+    latency = selection.latency
+    facts = [VariantFacts(**fact) for fact in outcome["facts"]]
+    measurements = {label: InterleavedResult.model_validate(r) for label, r in outcome["measurements"].items()}
+    return variant_rows(facts, measurements, front_shape=latency.front_shape, device=latency.device, threads=outcome["threads"],
+                        size_objective=selection.size_objective, max_latency_ms=selection.max_latency_ms,
+                        min_speedup=selection.min_speedup)

@@ -1,0 +1,465 @@
+"""`<workdir>/<name>/variants.parquet`: the front over (configuration, runtime), and what each
+stage of the compression stack bought (issue #22, items 3 and 4).
+
+Pure: no Ray, no MLflow, no model loading. The select stage builds, checks and scores every
+runtime variant (`pipeline.select.runtimes`), times them interleaved at each shape
+(`pipeline.select.interleaved`), and hands the figures here: `variant_rows` makes the table,
+`variant_front` marks its front, `variant_champion` picks from it, `stack_summary` words the
+report's line, `write_variants` / `read_variants` store it.
+
+One row per (trial_id, runtime), the teacher's variants included (trial_id "teacher"). Columns,
+a contract (consumers read them by name):
+
+- `trial_id`, `runtime` ("torch", "onnxruntime", "onnxruntime-int8", "torch-fp16", ...),
+  `metric_name`, `metric`: the variant's own score on the dev set (an int8 variant's, not its fp32
+  model's).
+- the front's shape (`selection.latency.front_shape`, named in `front_shape`): `latency_ms`,
+  `latency_p90_ms` (p50 and p90 over the interleaved rounds), `latency_low_ms`,
+  `latency_high_ms` (the ~95% interval of the p50); `speedup` (over the teacher in eager fp32,
+  what the user runs today: the median over rounds of the within-round ratio) with `speedup_low`,
+  `speedup_high`; `speedup_same_runtime` (over the teacher in this variant's runtime) with
+  `speedup_same_runtime_low`, `speedup_same_runtime_high`.
+- every shape timed, the front's included: the same ten figures as `<figure>@<batch>x<length>`
+  (`latency_ms@1x128`, `speedup@32x64`, ...; `shape_column`), shape by shape in the order timed.
+  A shape is written as `pipeline.config.Shape.label` writes it.
+- `size_bytes` (the files a consumer ships: `Variant.size_bytes`), `peak_memory_bytes`
+  (nullable: where measured), `parity_max_abs_diff` (against the eager fp32 logits:
+  `check_parity`), `path` (the folder for torch, the `.onnx` file for ONNX Runtime),
+  `measured_as` (at the front's shape: the runner actually timed when the variant shares its
+  architecture and runtime with another one, `InterleavedResult.expand`; null when timed itself).
+- `pareto` (`variant_front`), `front_shape`, `device`, `threads`.
+- `error` (the variant could not be built, verified or scored: never a candidate) and
+  `latency_error` ("<shape>: why" for each shape it has no timing at).
+
+`pareto`, as in results.parquet: True on the front, False for the other candidates, null where a
+row was never a candidate — the teacher's variants (shown beside the students, never on their
+front), a variant with an `error`, one without a metric or a latency at the front's shape, and,
+when a budget is given, one outside it.
+
+The front (`variant_front`): metric ↑, latency ↓ at the front's shape, where a latency
+difference inside the intervals never decides (issue #22, item 3). A variant is dominated when
+another is at least as accurate and `faster` (the intervals separate), or equally fast within the
+noise (the intervals overlap) and strictly more accurate; between variants that leaves on the
+front with the same metric (their latencies then overlap pairwise), the smaller file wins.
+`size_objective`: the size is a third objective instead (`interleaved.dominates(size=True)`).
+
+The budget (`max_latency_ms`, `min_speedup`) is judged as `pipeline.select.champion` judges it
+today (`budget_breaches`): on the p50 at the front's shape and on the median `speedup` — a variant
+whose interval straddles the budget is judged by its p50 (the best estimate of what it will
+serve at), not by either end of its interval, so the budget does not move with how noisy the
+machine was; a missing figure breaks it. Unlike results.parquet, where the front ignores the
+budget and the champion is picked from the front within it, variants outside the budget are no
+candidates when a budget is given: a variant beaten only by one over the budget is then on the
+front, and the champion (`variant_champion`: the front's most accurate; ties by
+`interleaved.rank`: faster where the intervals separate, else smaller) is the most accurate
+variant within the budget.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from pipeline.config import SelectionConfig, Shape
+from pipeline.select.champion import budget_breaches
+from pipeline.select.interleaved import Candidate, InterleavedResult, Interval, dominates, latency_differs, rank
+
+VARIANTS_FILE = "variants.parquet"
+TEACHER = "teacher"  # the teacher's trial_id, and the first part of its runners' names
+# `pipeline.select.runtimes.TORCH` and `ORT_INT8`, not imported: that module imports scipy (the
+# metrics), a second of import for two strings
+EAGER = "torch"  # every `speedup` is over the teacher in this runtime
+INT8 = "onnxruntime-int8"
+SHAPE_SEP = "@"
+
+LEADING = ["trial_id", "runtime", "metric_name", "metric"]
+FIGURES = [
+    "latency_ms", "latency_p90_ms", "latency_low_ms", "latency_high_ms", "speedup", "speedup_low", "speedup_high",
+    "speedup_same_runtime", "speedup_same_runtime_low", "speedup_same_runtime_high",
+]
+TRAILING = [
+    "size_bytes", "peak_memory_bytes", "parity_max_abs_diff", "path", "measured_as", "pareto", "front_shape", "device",
+    "threads", "error", "latency_error",
+]
+INTEGER = {"size_bytes", "peak_memory_bytes", "threads"}
+TEXT = {"trial_id", "runtime", "metric_name", "path", "measured_as", "front_shape", "device", "error", "latency_error"}
+
+
+# ----------------------------------------------------------------------------------------------
+# names
+# ----------------------------------------------------------------------------------------------
+
+
+def shape_label(shape: Shape | str | Sequence[int]) -> str:
+    """"1x128" for a `Shape`, the text "1x128" (or "1 × 128") and (1, 128)."""
+    if isinstance(shape, Shape):
+        return shape.label
+    if isinstance(shape, str):
+        return Shape.model_validate(shape).label
+    batch, length = shape
+    return Shape(batch_size=batch, seq_length=length).label
+
+
+def shape_column(figure: str, shape: Shape | str | Sequence[int]) -> str:
+    """The column of one figure at one shape: `latency_ms@1x128`."""
+    return f"{figure}{SHAPE_SEP}{shape_label(shape)}"
+
+
+def table_shapes(table: pd.DataFrame) -> list[str]:
+    """The shapes a table has columns for, in column order."""
+    prefix = f"latency_ms{SHAPE_SEP}"
+    return [str(c)[len(prefix):] for c in table.columns if str(c).startswith(prefix)]
+
+
+def runner_name(trial_id: str, runtime: str) -> str:
+    """The key of a variant's timing in an `InterleavedResult`: "<trial_id>/<runtime>"."""
+    return f"{trial_id}/{runtime}"
+
+
+def columns(shapes: Sequence[str]) -> list[str]:
+    return LEADING + FIGURES + [shape_column(f, s) for s in shapes for f in FIGURES] + TRAILING
+
+
+# ----------------------------------------------------------------------------------------------
+# the table
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class VariantFacts:
+    """What the select stage knows of one variant besides its timings."""
+
+    trial_id: str  # TEACHER for the teacher
+    runtime: str
+    metric: float | None  # the variant's own score on the dev set
+    size_bytes: int | None
+    path: str | None
+    parity_max_abs_diff: float | None = None
+    peak_memory_bytes: int | None = None
+    metric_name: str | None = None
+    error: str | None = None  # could not be built, verified or scored: never a candidate
+
+
+def _figures(result: InterleavedResult, name: str, runtime: str) -> dict[str, Any] | None:
+    """FIGURES of one runner in one measurement, plus `measured_as`; None when it was not timed."""
+    timing = result.timings.get(name)
+    if timing is None:
+        return None
+    speedups = result.speedups.get(name, {})
+    out: dict[str, Any] = {"latency_ms": timing.p50_ms, "latency_p90_ms": timing.p90_ms, "latency_low_ms": timing.low_ms,
+                           "latency_high_ms": timing.high_ms, "measured_as": timing.measured_as}
+    for column, reference in (("speedup", runner_name(TEACHER, EAGER)), ("speedup_same_runtime", runner_name(TEACHER, runtime))):
+        speedup = speedups.get(reference)
+        out[column] = speedup.median if speedup is not None else math.nan
+        out[f"{column}_low"] = speedup.low if speedup is not None else math.nan
+        out[f"{column}_high"] = speedup.high if speedup is not None else math.nan
+    return out
+
+
+def _row(fact: VariantFacts, measurements: Mapping[str, InterleavedResult], front: str, device: str,
+         threads: int | None) -> dict[str, Any]:
+    name = runner_name(fact.trial_id, fact.runtime)
+    row: dict[str, Any] = {
+        "trial_id": fact.trial_id, "runtime": fact.runtime, "metric_name": fact.metric_name, "metric": fact.metric,
+        "size_bytes": fact.size_bytes, "peak_memory_bytes": fact.peak_memory_bytes,
+        "parity_max_abs_diff": fact.parity_max_abs_diff, "path": fact.path, "front_shape": front, "device": device,
+        "threads": threads, "error": fact.error, "pareto": None, "measured_as": None,
+    }
+    untimed = []
+    for label, result in measurements.items():
+        figures = _figures(result, name, fact.runtime)
+        if figures is None:
+            untimed.append(f"{label}: {result.errors.get(name, 'not timed')}")
+            figures = {}
+        row.update({shape_column(f, label): figures.get(f, math.nan) for f in FIGURES})
+        if label == front:
+            row.update({f: figures.get(f, math.nan) for f in FIGURES})
+            row["measured_as"] = figures.get("measured_as")
+    row["latency_error"] = "; ".join(untimed) or None
+    return row
+
+
+def typed(frame: pd.DataFrame) -> pd.DataFrame:
+    """The table's dtypes: float64 figures, nullable Int64 counts, strings, a nullable boolean
+    `pareto`; the columns in contract order (`columns`), any others the caller added after them,
+    untouched."""
+    known = columns(table_shapes(frame))
+    frame = frame.reindex(columns=known + [c for c in frame.columns if c not in known])
+    for c in known:
+        if c in INTEGER:
+            frame[c] = pd.to_numeric(frame[c], errors="coerce").astype("Int64")
+        elif c in TEXT:
+            frame[c] = frame[c].astype("string")
+        elif c == "pareto":
+            frame[c] = frame[c].astype("boolean")
+        else:
+            frame[c] = pd.to_numeric(frame[c], errors="coerce").astype("float64")
+    return frame
+
+
+def variant_rows(
+    facts: Sequence[VariantFacts],
+    measurements: Mapping[Shape | str, InterleavedResult],
+    *,
+    front_shape: Shape | str,
+    device: str,
+    threads: int | None,
+    size_objective: bool = False,
+    max_latency_ms: float | None = None,
+    min_speedup: float | None = None,
+) -> pd.DataFrame:
+    """The variants table (the module docstring lists its columns), `pareto` marked by
+    `variant_front` with the objectives and budget given.
+
+    `facts`: one per variant, the teacher's first by convention (rows keep their order).
+    `measurements`: one `InterleavedResult` per shape (key: a `Shape` or its label), expanded to
+    every variant (`InterleavedResult.expand`), its timings keyed by `runner_name` and its
+    speedups over the references "teacher/torch" and "teacher/<runtime>". `front_shape` must be
+    one of them. A variant missing from a measurement gets empty figures at that shape (and a
+    `latency_error` saying why, from the measurement's `errors`)."""
+    by_label = {shape_label(shape): result for shape, result in measurements.items()}
+    front = shape_label(front_shape)
+    if front not in by_label:
+        raise ValueError(f"front shape {front} was not measured (shapes measured: {', '.join(by_label) or 'none'})")
+    seen: set[tuple[str, str]] = set()
+    for fact in facts:
+        if (fact.trial_id, fact.runtime) in seen:
+            raise ValueError(f"{runner_name(fact.trial_id, fact.runtime)}: given twice")
+        seen.add((fact.trial_id, fact.runtime))
+    rows = [_row(fact, by_label, front, device, threads) for fact in facts]
+    table = typed(pd.DataFrame(rows, columns=columns(list(by_label))))
+    return variant_front(table, size_objective=size_objective, max_latency_ms=max_latency_ms, min_speedup=min_speedup)
+
+
+# ----------------------------------------------------------------------------------------------
+# the front
+# ----------------------------------------------------------------------------------------------
+
+
+def _number(value: Any) -> float:
+    return math.nan if value is None or value is pd.NA or pd.isna(value) else float(value)
+
+
+def candidate(row: pd.Series) -> Candidate:
+    """A row as `pipeline.select.interleaved` compares it: metric, latency interval at the front's
+    shape, size in bytes (NaN where unknown)."""
+    return Candidate(name=runner_name(str(row["trial_id"]), str(row["runtime"])), metric=_number(row["metric"]),
+                     latency=Interval(_number(row["latency_low_ms"]), _number(row["latency_high_ms"])),
+                     size=_number(row["size_bytes"]))
+
+
+def variant_dominates(a: Candidate, b: Candidate, *, size_objective: bool = False) -> bool:
+    """a dominates b (the module docstring's rule, pairwise): at least as accurate and faster
+    beyond the intervals, or within the noise and more accurate, or — without `size_objective` —
+    equally accurate within the noise and smaller. With `size_objective` the size is a third
+    objective (`interleaved.dominates(size=True)`)."""
+    if size_objective:
+        return dominates(a, b, size=True)
+    return dominates(a, b) or (a.metric == b.metric and not latency_differs(a.latency, b.latency) and a.size < b.size)
+
+
+def within_budget(row: pd.Series, max_latency_ms: float | None, min_speedup: float | None) -> bool:
+    """The budget as `pipeline.select.champion.budget_breaches` judges a candidate: the p50 at the
+    front's shape and the median `speedup`; a missing figure breaks it."""
+    budget = SelectionConfig(max_latency_ms=max_latency_ms, min_speedup=min_speedup)
+    return not budget_breaches(_number(row["latency_ms"]), _number(row["speedup"]), budget, unknown_breaks=True)
+
+
+def candidates_mask(table: pd.DataFrame, *, size_objective: bool = False, max_latency_ms: float | None = None,
+                    min_speedup: float | None = None) -> pd.Series:
+    """The rows that take part in the front: students without an error, with a metric and a
+    latency interval at the front's shape (and a size, with `size_objective`), within the budget."""
+    if not len(table):
+        return pd.Series([], dtype=bool)
+    needed = ["metric", "latency_ms", "latency_low_ms", "latency_high_ms"] + (["size_bytes"] if size_objective else [])
+    ok = (table["trial_id"].astype("string") != TEACHER).fillna(False).astype(bool) & table["error"].isna()
+    ok &= table[needed].notna().all(axis=1)
+    budget = max_latency_ms is not None or min_speedup is not None
+    if budget:
+        ok &= pd.Series([within_budget(row, max_latency_ms, min_speedup) for _, row in table.iterrows()], index=table.index)
+    return ok.astype(bool)
+
+
+def front_mask(cands: Sequence[Candidate], *, size_objective: bool = False) -> list[bool]:
+    """True for the candidates on the front (the module docstring's rule). Without
+    `size_objective`, size only breaks an exact metric tie between two the metric and latency
+    rule keeps (their intervals then overlap: neither is faster than the other, or it would
+    dominate it), so the relation never runs in a circle and the front is never empty."""
+    keep = [not any(dominates(o, c, size=size_objective) for o in cands if o is not c) for c in cands]
+    if size_objective:
+        return keep
+    kept = [c for c, k in zip(cands, keep) if k]
+    return [k and not any(o.metric == c.metric and o.size < c.size for o in kept) for c, k in zip(cands, keep)]
+
+
+def variant_front(table: pd.DataFrame, *, size_objective: bool = False, max_latency_ms: float | None = None,
+                  min_speedup: float | None = None) -> pd.DataFrame:
+    """The table with `pareto` marked: True on the front of the candidates (`candidates_mask`),
+    False for the other candidates, null for every row that was not one."""
+    table = table.copy()
+    mask = candidates_mask(table, size_objective=size_objective, max_latency_ms=max_latency_ms, min_speedup=min_speedup)
+    rows = table[mask]
+    marks = pd.Series(pd.NA, index=table.index, dtype="boolean")
+    if len(rows):
+        on_front = front_mask([candidate(row) for _, row in rows.iterrows()], size_objective=size_objective)
+        marks.loc[rows.index] = on_front
+    table["pareto"] = marks
+    return table
+
+
+def variant_champion(table: pd.DataFrame, *, size_objective: bool = False, max_latency_ms: float | None = None,
+                     min_speedup: float | None = None) -> pd.Series | None:
+    """The champion rule over variants: the front's most accurate variant within the budget; ties
+    by `interleaved.rank` (faster where the intervals separate, else smaller, then name). None when
+    no variant qualifies."""
+    marked = variant_front(table, size_objective=size_objective, max_latency_ms=max_latency_ms, min_speedup=min_speedup)
+    front = marked[marked["pareto"].fillna(False).astype(bool)]
+    if not len(front):
+        return None
+    best = front[front["metric"] == front["metric"].max()]
+    by_name = {runner_name(str(r["trial_id"]), str(r["runtime"])): i for i, r in best.iterrows()}
+    first = rank([candidate(row) for _, row in best.iterrows()])[0]
+    return marked.loc[by_name[first.name]]
+
+
+def dominated_by(table: pd.DataFrame, trial_id: str, runtime: str, *, size_objective: bool = False) -> list[str]:
+    """The student variants ("<trial_id>/<runtime>") that dominate this row (`variant_dominates`):
+    for the report's "which students dominate the teacher's int8 variant". Empty when the row is
+    not there or has no metric or latency; the students are the candidates without a budget."""
+    rows = table[(table["trial_id"] == trial_id) & (table["runtime"] == runtime)]
+    if not len(rows):
+        return []
+    target = candidate(rows.iloc[0])
+    if math.isnan(target.metric) or math.isnan(target.latency.low) or math.isnan(target.latency.high):
+        return []
+    students = table[candidates_mask(table, size_objective=size_objective)]
+    return [c.name for c in (candidate(row) for _, row in students.iterrows())
+            if c.name != target.name and variant_dominates(c, target, size_objective=size_objective)]
+
+
+# ----------------------------------------------------------------------------------------------
+# what each stage of the stack bought
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StackStep:
+    """One step of teacher fp32 → teacher int8 → student fp32 → student int8, at the front's shape."""
+
+    label: str  # "teacher fp32", "teacher int8", "student fp32", "student int8"
+    trial_id: str
+    runtime: str
+    metric: float | None  # None: the variant is not in the table (not built, or its runtime not selected)
+    speedup: float | None  # over the teacher in eager fp32 (the within-round median)
+    speedup_low: float | None
+    speedup_high: float | None
+    step_speedup: float | None  # speedup / the previous step's speedup; None for the first step or a missing one
+    metric_delta: float | None  # metric - the previous step's metric; None likewise
+
+
+@dataclass(frozen=True)
+class StackSummary:
+    shape: str
+    metric_name: str | None
+    champion: str  # runner_name of the champion variant
+    steps: tuple[StackStep, ...]
+
+    def line(self) -> str:
+        """The report's sentence: each step's speedup over the one before and its metric change in
+        points (× 100), then the last step against the teacher in eager fp32."""
+        name = self.metric_name or "metric"
+        first, last = self.steps[0], self.steps[-1]
+        parts = [f"{first.label} ({name} {_fmt(first.metric, '.4f')})"]
+        for step in self.steps[1:]:
+            parts.append(f"{step.label} {_fmt(step.step_speedup, '.2f')}× ({_points(step.metric_delta)})")
+        total = (f"{last.label} in all {_fmt(last.speedup, '.2f')}× [{_fmt(last.speedup_low, '.2f')}-"
+                 f"{_fmt(last.speedup_high, '.2f')}] the teacher's eager fp32 speed, "
+                 f"{_points(_delta(last.metric, first.metric))}")
+        return (f"What each stage of the stack bought at {self.shape} (speedups are within-round medians over the "
+                f"teacher in eager fp32; the student is the champion's configuration, {self.champion}): "
+                f"{' → '.join(parts)}; {total}.")
+
+
+def _fmt(value: float | None, spec: str) -> str:
+    return "n/a" if value is None or math.isnan(value) else format(value, spec)
+
+
+def _points(delta: float | None) -> str:
+    return "n/a" if delta is None or math.isnan(delta) else f"{delta * 100:+.2f} pts"
+
+
+def _delta(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None else a - b
+
+
+def _step(table: pd.DataFrame, label: str, trial_id: str, runtime: str, previous: StackStep | None) -> StackStep:
+    rows = table[(table["trial_id"] == trial_id) & (table["runtime"] == runtime)]
+    row = rows.iloc[0] if len(rows) else None
+
+    def figure(column: str) -> float | None:
+        value = _number(row[column]) if row is not None else math.nan
+        return None if math.isnan(value) else value
+
+    metric, speedup = figure("metric"), figure("speedup")
+    ratio = None
+    if previous is not None and speedup is not None and previous.speedup:
+        ratio = speedup / previous.speedup
+    return StackStep(label, trial_id, runtime, metric, speedup, figure("speedup_low"), figure("speedup_high"), ratio,
+                     _delta(metric, previous.metric) if previous is not None else None)
+
+
+def stack_summary(table: pd.DataFrame, *, size_objective: bool = False, max_latency_ms: float | None = None,
+                  min_speedup: float | None = None, quantized: str = INT8) -> StackSummary | None:
+    """How much each stage of the stack bought (issue #22, item 4): teacher fp32 → teacher int8
+    → student fp32 → student int8, where the student is the champion's trial (`variant_champion`,
+    whichever runtime won) and "int8" is `quantized`. Speedups are the table's (over the teacher
+    in eager fp32, at the front's shape); each step's `step_speedup` is its speedup over the
+    previous step's (a ratio of two within-round medians: not itself measured within rounds).
+    None when there is no champion."""
+    champion = variant_champion(table, size_objective=size_objective, max_latency_ms=max_latency_ms, min_speedup=min_speedup)
+    if champion is None:
+        return None
+    student = str(champion["trial_id"])
+    plan = (("teacher fp32", TEACHER, EAGER), ("teacher int8", TEACHER, quantized),
+            ("student fp32", student, EAGER), ("student int8", student, quantized))
+    steps: list[StackStep] = []
+    for label, trial_id, runtime in plan:
+        steps.append(_step(table, label, trial_id, runtime, steps[-1] if steps else None))
+    names = table["metric_name"].dropna()
+    return StackSummary(shape=str(champion["front_shape"]), metric_name=str(names.iloc[0]) if len(names) else None,
+                        champion=runner_name(student, str(champion["runtime"])), steps=tuple(steps))
+
+
+# ----------------------------------------------------------------------------------------------
+# the file
+# ----------------------------------------------------------------------------------------------
+
+
+def variants_path(sweep_dir: Path) -> Path:
+    """`<workdir>/<name>/variants.parquet`."""
+    return Path(sweep_dir) / VARIANTS_FILE
+
+
+def write_variants(path: Path, table: pd.DataFrame) -> None:
+    """Atomically, as results.parquet is written: a temporary file beside it, then a rename, so a
+    reader never sees a torn file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        typed(table).to_parquet(tmp, index=False)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def read_variants(path: Path) -> pd.DataFrame:
+    """The table, typed; an empty one (the shape-free columns) when the file is not there."""
+    path = Path(path)
+    return typed(pd.read_parquet(path)) if path.is_file() else typed(pd.DataFrame(columns=columns([])))
