@@ -131,7 +131,7 @@ def check_resumable(spec: SweepSpec, saved: Path, run_id: str) -> None:
     so it is refused."""
     if not saved.is_file():  # killed before its spec was saved: nothing has trained yet
         return
-    before = flatten_params(json.loads(saved.read_text()))
+    before = _saved_params(saved)
     now = flatten_params(spec_to_dict(spec))
     # label names the run read from its hub dataset's ClassLabel column (`pinned_task`) are in its
     # spec.json and not in a spec that leaves them to the dataset: not a change
@@ -143,6 +143,17 @@ def check_resumable(spec: SweepSpec, saved: Path, run_id: str) -> None:
         shown = ", ".join(changed[:8]) + (f" and {len(changed) - 8} more" if len(changed) > 8 else "")
         raise DrydockError(f"--resume: the spec differs from the one run {run_id} started with ({shown}); "
                            "resume it with that spec, or run without --resume to start a new run")
+
+
+def _saved_params(saved: Path) -> dict[str, Any]:
+    """A run's spec.json with the fields added since it was written at their defaults, so that a
+    run started before a field existed (`selection.runtimes`, `selection.latency.shapes`, ...)
+    still resumes; a file the model no longer reads is compared as written."""
+    raw = json.loads(saved.read_text())
+    try:
+        return flatten_params(spec_to_dict(SweepSpec.model_validate(raw)))
+    except ValueError:  # pydantic's ValidationError is one
+        return flatten_params(raw)
 
 
 def run_revisions(spec: SweepSpec, run: SweepRun) -> SweepSpec:

@@ -83,3 +83,9 @@ def test_resume_accepts_another_number_of_kept_checkpoints_and_a_spec_saved_befo
     del saved["train"]["keep_checkpoints"]  # a run started before train.keep_checkpoints existed
     spec_file.write_text(json.dumps(saved))
     check_resumable(spec_from_dict(RAW), spec_file, "r")
+    # ... or before the runtime variants' fields (issue 22): they take their defaults
+    del saved["selection"]["runtimes"], saved["selection"]["latency"]["shapes"], saved["selection"]["latency"]["front_shape"]
+    spec_file.write_text(json.dumps(saved))
+    check_resumable(spec_from_dict(RAW), spec_file, "r")
+    with pytest.raises(DrydockError, match=r"selection\.runtimes"):  # set to other than the default: a change
+        check_resumable(spec_from_dict(RAW, ["selection.runtimes=[torch]"]), spec_file, "r")
