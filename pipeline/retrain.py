@@ -25,7 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from pipeline.config import SweepSpec, spec_to_dict
+from pipeline.config import LatencyConfig, SelectionConfig, SweepSpec, spec_to_dict
 from pipeline.errors import DrydockError
 from pipeline.lock import Locked, spec_lock
 
@@ -62,6 +62,17 @@ def fingerprints(spec: SweepSpec, workdir: Path, *, pinned: SweepSpec | None = N
     latency.pop("accelerator_type", None)  # which machines time the students is where it runs, not the study
     if not latency.get("all_seeds"):  # at its default, as before the field existed
         latency.pop("all_seeds", None)
+    # the runtime variants' fields (issue 22) at their defaults: a spec fingerprinted before they
+    # existed keeps its fingerprint, and a scheduled retrain does not rerun a whole sweep for a
+    # drydock upgrade (the registry still serves eager fp32; the variants add a report section)
+    chosen = spec.selection
+    default = SelectionConfig(latency=LatencyConfig(device=chosen.latency.device, batch_size=chosen.latency.batch_size,
+                                                    seq_length=chosen.latency.seq_length))
+    latency.pop("front_shape", None)  # batch_size and seq_length, which stay, name it
+    if chosen.latency.shapes == default.latency.shapes:
+        latency.pop("shapes", None)
+    if chosen.runtimes == default.runtimes:
+        settings.get("selection", {}).pop("runtimes", None)
     prepared = prepare(pinned, workdir)
     given = spec.teacher.finetuned
     return {

@@ -80,3 +80,32 @@ def test_where_the_data_lies_is_not_a_change(tmp_path, glue_dir):
 def test_how_many_checkpoints_a_trial_keeps_is_not_a_change(tmp_path):
     smoke = ROOT / "sweeps" / "smoke.yaml"
     assert fingerprints(load_spec(smoke, ["train.keep_checkpoints=3"]), tmp_path) == fingerprints(load_spec(smoke), tmp_path)
+
+
+def test_the_runtime_variants_fields_at_their_defaults_keep_a_specs_fingerprint(tmp_path):
+    """A spec that leaves selection.runtimes and selection.latency.shapes to their defaults hashes
+    as it did before those fields existed: a scheduled retrain does not rerun a sweep for an upgrade."""
+    import hashlib
+    import json
+
+    from pipeline.config import spec_to_dict
+
+    smoke = ROOT / "sweeps" / "smoke.yaml"
+    spec = load_spec(smoke, ["selection.latency={device: cpu, batch_size: 8, seq_length: 32}", "selection.runtimes=null"])
+    assert spec.selection.runtimes == ["torch", "onnxruntime-int8"] and len(spec.selection.latency.shapes) == 3
+    before = spec_to_dict(spec)  # what the fingerprint hashed before the fields existed
+    for where in ("resources", "tracking"):
+        before.pop(where)
+    before["train"].pop("keep_checkpoints")
+    before["task"].pop("glue_dir", None)
+    before["teacher"].pop("finetuned", None)
+    before["teacher"].pop("revision", None)
+    latency = before["selection"]["latency"]
+    for key in ("accelerator_type", "all_seeds", "shapes", "front_shape"):
+        latency.pop(key, None)
+    before["selection"].pop("runtimes")
+    old = hashlib.sha256(json.dumps(before, sort_keys=True).encode()).hexdigest()[:16]
+    assert fingerprints(spec, tmp_path)["spec"] == old
+    # set to something else, they are a change
+    other = load_spec(smoke, ["selection.latency={device: cpu, batch_size: 8, seq_length: 32}", "selection.runtimes=[torch]"])
+    assert fingerprints(other, tmp_path)["spec"] != old
