@@ -119,7 +119,9 @@ class Server:
             time.sleep(0.25)
         # the shipped MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false holds: no huey job runner in the server's session
         sessions = subprocess.run(["ps", "-eo", "sid=,args="], capture_output=True, text=True).stdout.splitlines()
-        assert not [line for line in sessions if line.split(None, 1)[0] == str(self.process.pid) and "huey" in line]
+        # (the job runner, which starts the huey consumers, is up by the time /health answers)
+        assert not [line for line in sessions if line.split(None, 1)[0] == str(self.process.pid)
+                    and ("huey" in line or "_job_runner" in line)]
         for user in (DRYDOCK, READER):  # the admin creates the non-admin users (cluster/README.md, step 4)
             created = requests.post(f"{self.uri}/api/2.0/mlflow/users/create", auth=ADMIN, timeout=30,
                                     json={"username": user[0], "password": user[1]})
