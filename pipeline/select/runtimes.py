@@ -51,7 +51,7 @@ import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -367,7 +367,7 @@ def _version(package: str) -> str:
 # ----------------------------------------------------------------------------------------------
 
 
-class Runner:
+class Runner(Protocol):
     """A variant loaded for inference: `runner(inputs) -> logits` (numpy float32, [batch, labels]).
 
     `inputs` maps input names to numpy arrays or torch tensors of token ids ([batch, sequence]);
@@ -379,11 +379,10 @@ class Runner:
     input_names: tuple[str, ...]
     threads: int
 
-    def __call__(self, inputs: Mapping[str, Any]) -> np.ndarray:
-        raise NotImplementedError
+    def __call__(self, inputs: Mapping[str, Any]) -> np.ndarray: ...
 
 
-class TorchRunner(Runner):
+class TorchRunner:
     def __init__(self, folder: Path, threads: int, device: str = "cpu") -> None:
         import torch
 
@@ -407,7 +406,7 @@ class TorchRunner(Runner):
             torch.set_num_threads(previous)
 
 
-class OrtRunner(Runner):
+class OrtRunner:
     def __init__(self, variant: Variant, threads: int, device: str = "cpu") -> None:
         import onnxruntime as ort
 
