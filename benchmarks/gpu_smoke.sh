@@ -5,7 +5,8 @@
 #
 #     bash benchmarks/gpu_smoke.sh [WORKDIR]          # on a GPU machine; ~5-7 minutes
 #     bash benchmarks/gpu_smoke.sh --check            # no GPU: validate every spec it would run
-#                                                     # (the test suite runs this so it cannot rot)
+#                                                     # (the test suite runs this so it cannot rot);
+#                                                     # exit 1 if one is invalid or not validated
 #     bash benchmarks/gpu_smoke.sh --cpu [WORKDIR]    # rehearse the script itself on the CPU (slow;
 #                                                     # proves nothing about GPUs)
 #
@@ -363,6 +364,7 @@ COMMON=(--set train.bf16=on --set resources.use_gpu=$([[ $MODE == cpu ]] && echo
 SWEEP_DIRS=()
 declare -A OWN=()   # --check: each sweep check's own settings, for its line
 TO_VALIDATE=()      # --check: CHECK ARGS... --next ..., validated in one process
+ASKED=()            # --check: the sweep checks, in order, each of which must get its line
 
 sweep_check() {  # CHECK STRATEGY WORKERS [--set ...]: one small sweep, one line
   local check=$1 strategy=$2 workers=$3
@@ -375,6 +377,7 @@ sweep_check() {  # CHECK STRATEGY WORKERS [--set ...]: one small sweep, one line
     own=${own//--set /}
     OWN[$check]=${own//$PRESETS/cluster/deepspeed}
     TO_VALIDATE+=("$check" "${args[@]}" --next)
+    ASKED+=("$check")
     return
   fi
   if (( GPUS == 0 )); then report SKIP "$check" "no CUDA GPU (see cuda)"; return; fi
@@ -402,9 +405,33 @@ sweep_check zero3 deepspeed "$WORKERS" --set resources.deepspeed.zero_stage=3 \
   --set "resources.deepspeed.preset=$PRESETS/zero3-bf16.json"
 
 if [[ $MODE == check ]]; then
-  while IFS=$'\t' read -r ok check out; do
-    if [[ $ok == OK ]]; then verdict "$check" 1 "${out#*: valid } with ${OWN[$check]}"; else verdict "$check" 0 "$out"; fi
-  done < <("$PY" -c "$HELPER" validate "${TO_VALIDATE[@]}" 2>&1)
+  # The validating process prints one `OK|BAD<tab>CHECK<tab>...` line per sweep check. A check it
+  # printed no line for (it crashed, was killed, or skipped one) is invalid, named with the
+  # process's exit status and its last other line: a missing line must not pass by not counting.
+  VALIDATED=$("$PY" -c "$HELPER" validate "${TO_VALIDATE[@]}" 2>&1)
+  VALIDATE_RC=$?
+  TAB=$'\t'
+  LINE_RE="^(OK|BAD)${TAB}([^${TAB}]+)${TAB}(.*)$"
+  declare -A SAID=()
+  OTHER=""  # the last line that is no check's, to say why one is missing
+  while IFS= read -r line; do
+    if [[ $line =~ $LINE_RE ]] && [[ -n ${OWN[${BASH_REMATCH[2]}]+set} && -z ${SAID[${BASH_REMATCH[2]}]+set} ]]; then
+      SAID[${BASH_REMATCH[2]}]="${BASH_REMATCH[1]}${TAB}${BASH_REMATCH[3]}"
+    elif [[ -n ${line//[[:space:]]/} ]]; then
+      OTHER=$line
+    fi
+  done <<<"$VALIDATED"
+  for check in "${ASKED[@]}"; do
+    said=${SAID[$check]:-}
+    if [[ -z $said ]]; then
+      verdict "$check" 0 "the validating process printed no line for it (exit $VALIDATE_RC${OTHER:+; last output: ${OTHER:0:300}})"
+    elif [[ ${said%%"$TAB"*} == OK ]]; then
+      out=${said#*"$TAB"}
+      verdict "$check" 1 "${out#*: valid } with ${OWN[$check]}"
+    else
+      verdict "$check" 0 "${said#*"$TAB"}"
+    fi
+  done
   verdict export "$HELPER_OK" "${err:-python check compiles; reads each sweep results, students and MLflow runs}"
   verdict latency "$HELPER_OK" "${err:-python check compiles; reads each sweep results.parquet and latency.json}"
   echo "gpu_smoke --check: $VALID valid, $INVALID invalid"

@@ -163,3 +163,21 @@ def s3(monkeypatch, tmp_path):
             monkeypatch.setenv(key, value)
         monkeypatch.setenv("DRYDOCK_CACHE_DIR", str(tmp_path / "drydock-cache"))
         yield f"s3://{BUCKET}"
+
+
+def variant(trial_id: str, runtime: str, metric: float, latency: float, path, size: int = 1000) -> dict:
+    """One variants.parquet row at the front's shape 32x64 (figures by hand; ±5% intervals)."""
+    return {"trial_id": trial_id, "runtime": runtime, "metric_name": "accuracy", "metric": metric, "latency_ms": latency,
+            "latency_p90_ms": latency * 1.1, "latency_low_ms": latency * 0.95, "latency_high_ms": latency * 1.05,
+            "speedup": 10.0 / latency, "speedup_low": 9.5 / latency, "speedup_high": 10.5 / latency,
+            "speedup_same_runtime": 8.0 / latency, "size_bytes": size, "parity_max_abs_diff": 0.01, "path": str(path),
+            "front_shape": "32x64", "device": "cpu", "threads": 2}
+
+
+def variants_of(rows: list[dict]):
+    """A typed variants.parquet table of `variant` rows."""
+    import pandas as pd
+
+    from pipeline.select.variants import typed
+
+    return typed(pd.DataFrame(rows))

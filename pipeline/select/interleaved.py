@@ -85,6 +85,12 @@ class InterleaveSettings(BaseModel):
     max_rounds: PositiveInt | None = None  # a cap on memory and on a clock that does not move
     tolerance: PositiveFloat = STABLE_TOLERANCE  # settled: the ~95% interval within ±tolerance of the median
     seed: int = 0  # of the round order
+    # min_seconds and max_seconds per runner: the window is them × the number of runners, so each
+    # runner is timed about as long as `selection.latency` would time it alone (`from_latency`). A
+    # fixed window shared by N runners gives each 1/N of it: the select stage's four 32x64 runners
+    # of the quickstart (teacher ~0.3 s a pass) stopped at the 10-round minimum, unsettled, with
+    # intervals of ±50% (benchmarks/select_load.py with the spec's 2 s, 2026-12-02).
+    per_runner: bool = False
     disable_gc: bool = True  # as timeit: a collection would land on whichever runner is running
 
     @model_validator(mode="after")
@@ -99,11 +105,17 @@ class InterleaveSettings(BaseModel):
     def cap_seconds(self) -> float:
         return self.max_seconds if self.max_seconds is not None else MAX_SECONDS_FACTOR * self.min_seconds
 
+    def window(self, runners: int) -> tuple[float, float]:
+        """(min_seconds, cap_seconds) of a measurement of `runners` runners."""
+        scale = max(1, runners) if self.per_runner else 1
+        return self.min_seconds * scale, self.cap_seconds * scale
+
     @classmethod
     def from_latency(cls, latency: Any, **overrides: Any) -> InterleaveSettings:
         """From `selection.latency` (a `pipeline.config.LatencyConfig`): its warmup, min_runs as
         min_rounds, min_seconds."""
-        values = {"warmup": latency.warmup, "min_rounds": latency.min_runs, "min_seconds": latency.min_seconds}
+        values = {"warmup": latency.warmup, "min_rounds": latency.min_runs, "min_seconds": latency.min_seconds,
+                  "per_runner": True}
         return cls(**{**values, **overrides})
 
 
@@ -287,6 +299,7 @@ def measure_interleaved(
                 if call(name) is None:
                     break
         times: dict[str, list[float]] = {name: [] for name in active}
+        min_seconds, cap_seconds = settings.window(len(active))
         orders = round_orders(list(active), settings.seed)
         started = clock()
         rounds, next_check, elapsed = 0, 0, 0.0
@@ -301,10 +314,10 @@ def measure_interleaved(
             elapsed = clock() - started
             if rounds < settings.min_rounds:
                 continue
-            if elapsed >= settings.cap_seconds or (settings.max_rounds is not None and rounds >= settings.max_rounds):
+            if elapsed >= cap_seconds or (settings.max_rounds is not None and rounds >= settings.max_rounds):
                 unsettled = _unsettled(times, refs, settings.tolerance)
                 break
-            if elapsed >= settings.min_seconds and rounds >= next_check:
+            if elapsed >= min_seconds and rounds >= next_check:
                 unsettled = _unsettled(times, refs, settings.tolerance)
                 if not unsettled:
                     break

@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import mlflow
+import pandas as pd
 from huggingface_hub import ModelCard
 from mlflow import MlflowClient
 from mlflow.entities.model_registry import ModelVersion
@@ -72,6 +73,9 @@ Flavor = Literal["auto", "transformers", "pyfunc"]
 SINGLE_EXAMPLE = ["a short example sentence to classify"]
 PAIR_EXAMPLE = [{"text": "a first example sentence", "text_pair": "a second example sentence"}]
 CODE_RUN_TAG = "drydock.code_sha256"  # the trial run's tag: the digest of the custom code it logged
+# what a consumer loading a version runs, and what its latency tags were measured at (issue #22)
+RUNTIME_TAG, SHAPE_TAG, DEVICE_TAG = "runtime", "shape", "device"
+EAGER_RUNTIME = "torch"  # the transformers / student pyfunc flavors: eager fp32 PyTorch
 
 
 @contextmanager
@@ -164,10 +168,18 @@ def log_student(
     The flavors log to the active run, so the trial's (ended) run is resumed; ending it again
     would stamp it with today's end time and make the trial look as long as the sweep, so its
     original status and end time are put back (`set_terminated(..., end_time=...)`)."""
+    with keeps_ending(run_id):
+        return _log_student(folder, run_id, max_length=max_length, pair=pair, flavor=flavor, log=log)
+
+
+@contextmanager
+def keeps_ending(run_id: str) -> Iterator[None]:
+    """Around a `mlflow.start_run(run_id=...)` that resumes an ended trial run to log a model to
+    it: its status and end time are put back after (see `log_student`)."""
     client = MlflowClient(mlflow.get_tracking_uri())
     ended = client.get_run(run_id).info
     try:
-        return _log_student(folder, run_id, max_length=max_length, pair=pair, flavor=flavor, log=log)
+        yield
     finally:
         if ended.end_time is not None:
             client.set_terminated(run_id, status=ended.status, end_time=ended.end_time)
@@ -239,10 +251,12 @@ def versions(client: MlflowClient, name: str) -> list[ModelVersion]:
     return sorted(found, key=lambda v: int(v.version))
 
 
-def find_version(client: MlflowClient, name: str, student_path: str) -> ModelVersion | None:
-    """The version already holding this exact export: re-running a stage must not duplicate it."""
+def find_version(client: MlflowClient, name: str, student_path: str, runtime: str = EAGER_RUNTIME) -> ModelVersion | None:
+    """The version already holding this exact export in this runtime: re-running a stage must not
+    duplicate it. A version without a `runtime` tag (registered before runtimes existed) is the
+    eager one."""
     for v in versions(client, name):
-        if v.tags.get("student_path") == str(student_path):
+        if v.tags.get("student_path") == str(student_path) and v.tags.get(RUNTIME_TAG, EAGER_RUNTIME) == runtime:
             return v
     return None
 
@@ -341,15 +355,16 @@ def registry_table_text(client: MlflowClient, name: str) -> str:
     for alias, version in (model.aliases or {}).items():
         aliases.setdefault(str(version), []).append(alias)
     table = Table(title=f"{name}: {', '.join(f'{a} → v{v}' for a, v in sorted((model.aliases or {}).items())) or 'no aliases'}")
-    for column in ["version", "aliases", "configuration", "metric (mean ± std, n)", "latency ms", "speedup", "params",
+    for column in ["version", "aliases", "configuration", "runtime", "metric (mean ± std, n)", "latency ms", "speedup", "params",
                    "measured on (device, batch × sequence length)", "trial"]:
         table.add_column(column, justify="right" if column in ("version", "latency ms", "speedup", "params") else "left")
     for v in versions(client, name):
         t = v.tags
         metric = (f"{t.get('metric_name', '?')} {tag_number(t.get('metric')):.4f}"
                   + (f" ± {tag_number(t.get('metric_std')):.4f}" if not math.isnan(tag_number(t.get("metric_std"))) else "")
-                  + f" (n={t.get('metric_n', '?')})") if "metric" in t else "–"
-        table.add_row(str(v.version), ", ".join(aliases.get(str(v.version), [])), t.get("config", "–"), metric,
+                  + (f" (n={t.get('metric_n', '?')})" if "metric_n" in t else " (this export)")) if "metric" in t else "–"
+        table.add_row(str(v.version), ", ".join(aliases.get(str(v.version), [])), t.get("config", "–"),
+                      t.get(RUNTIME_TAG, EAGER_RUNTIME), metric,
                       _fixed(t.get("latency_ms"), 2), _fixed(t.get("speedup"), 2, "×"), _params(t.get("num_params")),
                       _measured_on(t), t.get("trial_id", "–"))
     out = StringIO()
@@ -360,6 +375,8 @@ def registry_table_text(client: MlflowClient, name: str) -> str:
 def _measured_on(tags: dict[str, str]) -> str:
     """`Test CPU (cpu, 4 threads, torch 2.x), batch 8 × 32`: a latency means little without its shape."""
     parts = [tags["latency_device"]] if tags.get("latency_device") else []
+    if not parts and tags.get(DEVICE_TAG):  # a runtime variant: timed interleaved, in its runtime
+        parts.append(f"{tags[DEVICE_TAG]}, {tags.get('latency_threads', '?')} threads")
     if tags.get("latency_batch_size") or tags.get("latency_seq_length"):
         parts.append(f"batch {tags.get('latency_batch_size', '?')} × {tags.get('latency_seq_length', '?')}")
     return ", ".join(parts) or "–"
@@ -423,8 +440,11 @@ def version_tags(config: dict[str, Any], sweep: str, measurement: Any | None, me
         "code_sha256": metadata.get("code_sha256"),
         "student_path": config["best_student_path"],
     }
+    tags[RUNTIME_TAG] = EAGER_RUNTIME
     if measurement is not None:
         tags.update({
+            SHAPE_TAG: f"{measurement.batch_size}x{measurement.seq_length}",
+            DEVICE_TAG: measurement.device,
             "latency_device": measurement.description,
             "latency_batch_size": measurement.batch_size,
             "latency_seq_length": measurement.seq_length,
@@ -444,8 +464,61 @@ def student_metadata(folder: Path) -> dict[str, Any]:
 
 @dataclass
 class RegistryOutcome:
-    versions: dict[str, str] = field(default_factory=dict)  # config_key → version
+    versions: dict[str, str] = field(default_factory=dict)  # config_key → its eager version
+    variants: dict[str, str] = field(default_factory=dict)  # "<trial_id>/<runtime>" → version (variants registered)
     decision: ChampionDecision | None = None
+
+
+@dataclass
+class Registration:
+    """What registering any version of one sweep needs (`register_config`, and
+    `pipeline.select.variant_registry.register_variant`). Needs `tracking(uri)` around its use."""
+
+    client: MlflowClient
+    name: str
+    sweep: str
+    experiment_id: str
+    measurements: dict[str, Any]
+    max_length: int | None
+    pair: bool
+    flavor: Flavor = "auto"
+    log: Callable[[str], None] = print
+    localize: Callable[[str], Path] = Path
+    dev: DevSet | None = None
+
+    def run_of(self, config) -> str:
+        return config["best_run_id"] or _orphan_run(self.client, self.experiment_id, self.sweep)
+
+    def tags_of(self, config, folder: Path) -> dict[str, str]:
+        tags = version_tags(config.to_dict(), self.sweep, self.measurements.get(config["best_trial_id"]), student_metadata(folder))
+        if self.dev is not None:
+            tags.update(self.dev.tags())
+        return tags
+
+
+def register_config(reg: Registration, config) -> str | None:
+    """The configuration's served export (its best seed) as an eager version, once; its tags
+    refreshed when it is already registered (more seeds may have moved the mean since). None
+    when the folder is gone."""
+    client, name = reg.client, reg.name
+    folder = reg.localize(str(config["best_student_path"]))
+    if not (folder / "config.json").is_file():
+        reg.log(f"registry: {config['config']}: student folder {config['best_student_path']} is missing; not registered")
+        return None
+    tags = reg.tags_of(config, folder)
+    existing = find_version(client, name, str(config["best_student_path"]))
+    if existing is not None:
+        for key, value in tags.items():
+            client.set_model_version_tag(name, existing.version, key, value)
+        return str(existing.version)
+    model_uri, used = log_student(folder, reg.run_of(config), max_length=reg.max_length, pair=reg.pair, flavor=reg.flavor,
+                                  log=reg.log)
+    tags["flavor"] = used
+    description = (f"{config['config']}: {config['metric_name']} {config['metric_mean']:.4f} over {config['n']} seed(s), "
+                   f"this export {config['best_latency_ms']:.2f} ms p50")
+    version = register(client, name, model_uri, tags, description)
+    reg.log(f"registry: {name} v{version.version} ← {config['config']} ({used} flavor)")
+    return str(version.version)
 
 
 def register_front(
@@ -465,6 +538,8 @@ def register_front(
     localize: Callable[[str], Path] = Path,
     dev: DevSet | None = None,
     rescore: Rescore | None = None,
+    variants: pd.DataFrame | None = None,
+    configs: pd.DataFrame | None = None,
 ) -> RegistryOutcome:
     """Register each Pareto configuration's best-seed export (once), tag it, then offer the
     champion configuration's version the alias. `front` and `champion` come from
@@ -472,42 +547,40 @@ def register_front(
     champion is checked too; `measurements` maps trial_id → latency Measurement. `localize`: a
     student path of the table (a work location's URI) as a folder of this machine. `dev`: the dev
     set the front's metrics were measured on (recorded in every version's tags); `rescore`
-    scores a version of `name` on it, for a champion measured on other data."""
+    scores a version of `name` on it, for a champion measured on other data.
+
+    With `variants` (the select stage's variants.parquet) and `configs` (every configuration of
+    the selection), the registry serves what was measured: the front over (configuration,
+    runtime) of the configurations' served exports is registered too, each runtime as the
+    consumer runs it, and the alias is offered to that front's champion instead
+    (`pipeline.select.variant_registry`)."""
+    from pipeline.select.variant_registry import register_variant_front
+
     client = client_for(uri)
     outcome = RegistryOutcome()
+    reg = Registration(client, name, sweep, experiment_id, measurements, max_length, pair, flavor, log, localize, dev)
     with tracking(uri):
         ensure_registered_model(client, name, description=f"Compressed students of sweep {sweep} (drydock)")
         for _, config in front.iterrows():
-            folder = localize(str(config["best_student_path"]))
-            if not (folder / "config.json").is_file():
-                log(f"registry: {config['config']}: student folder {config['best_student_path']} is missing; not registered")
-                continue
-            tags = version_tags(config.to_dict(), sweep, measurements.get(config["best_trial_id"]), student_metadata(folder))
-            if dev is not None:
-                tags.update(dev.tags())
-            existing = find_version(client, name, str(config["best_student_path"]))
-            if existing is not None:
-                for key, value in tags.items():  # more seeds may have moved the mean since
-                    client.set_model_version_tag(name, existing.version, key, value)
-                outcome.versions[config["config_key"]] = str(existing.version)
-                continue
-            run_id = config["best_run_id"] or _orphan_run(client, experiment_id, sweep)
-            model_uri, used = log_student(folder, run_id, max_length=max_length, pair=pair, flavor=flavor, log=log)
-            tags["flavor"] = used
-            description = (f"{config['config']}: {config['metric_name']} {config['metric_mean']:.4f} over {config['n']} seed(s), "
-                           f"this export {config['best_latency_ms']:.2f} ms p50")
-            version = register(client, name, model_uri, tags, description)
-            outcome.versions[config["config_key"]] = str(version.version)
-            log(f"registry: {name} v{version.version} ← {config['config']} ({used} flavor)")
-        if champion is not None and champion["config_key"] not in outcome.versions:
+            registered = register_config(reg, config)
+            if registered is not None:
+                outcome.versions[config["config_key"]] = registered
+        candidate: str | None = None
+        if variants is not None and configs is not None:
+            candidate = register_variant_front(reg, variants, configs, budget, outcome)
+            if candidate is None:
+                log(f"registry: no runtime variant of a served export is within the budget; the {CHAMPION} alias has no candidate")
+        elif champion is not None and champion["config_key"] not in outcome.versions:
             log(f"registry: the champion candidate {champion['config']} has no registered version; "
                 f"the {CHAMPION} alias is left alone")
         elif champion is not None:
-            version = client.get_model_version(name, outcome.versions[champion["config_key"]])
-            outcome.decision = update_champion(client, name, version, budget, dev, rescore)
+            candidate = outcome.versions[champion["config_key"]]
+        if candidate is not None:
+            outcome.decision = update_champion(client, name, client.get_model_version(name, candidate), budget, dev, rescore)
             verb = "moved to" if outcome.decision.moved else "stays on"
             log(f"registry: {CHAMPION} {verb} v{outcome.decision.version} ({outcome.decision.reason})")
-        if champion is None and (current := champion_version(client, name)) is not None:
+        no_candidate = champion is None if variants is None or configs is None else candidate is None
+        if no_candidate and (current := champion_version(client, name)) is not None:
             outcome.decision = decide_without_candidate(str(current.version), current.tags, budget)
             if outcome.decision is not None:
                 log(f"registry: {CHAMPION} stays on v{outcome.decision.version} ({outcome.decision.reason})")

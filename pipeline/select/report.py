@@ -16,7 +16,8 @@ Selection is recomputed with the pure functions of `pipeline.select.pareto`; it 
 deterministic, so it agrees with the `pareto` column the select stage wrote.
 
 The plot uses matplotlib's object API with the Agg canvas, never pyplot: pyplot would pick a GUI
-backend (or need `matplotlib.use`, a process-wide switch) in whatever process imports this.
+backend (or need `matplotlib.use`, a process-wide switch) in whatever process imports this. With
+a variants table it has a second panel, the runtimes as separate series (`pareto_figure`).
 """
 
 from __future__ import annotations
@@ -341,14 +342,70 @@ def variants_note(table: pd.DataFrame, selection: SelectionConfig) -> str:
 # ----------------------------------------------------------------------------------------------
 
 
-def pareto_plot(chosen: Selection, frame: pd.DataFrame, ctx: ReportContext, path: Path) -> Path:
-    """Metric vs latency: every configuration with its seed spread, the front, the teacher."""
+PLOT_HEIGHT = 5.5  # inches, at PLOT_DPI; 8 wide with one panel, 15 with the runtimes' beside it
+PLOT_DPI = 120
+RUNTIME_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "h")  # a student's variants, by runtime
+VARIANT_FRONT = "variant front"
+
+
+def teacher_variant_label(runtime: str) -> str:
+    """The legend's name for the teacher in one runtime: "teacher · onnxruntime-int8"."""
+    return f"{TEACHER} · {runtime}"
+
+
+def _plotted_variants(table: pd.DataFrame) -> pd.DataFrame:
+    """The rows the runtimes panel shows: built, scored and timed at the front's shape."""
+    ok = table["error"].isna() & table["metric"].notna() & table["latency_ms"].notna()
+    return table[ok]
+
+
+def _latency_errors(rows: pd.DataFrame) -> list[list[float]]:
+    """matplotlib's asymmetric `xerr`: each p50's distance to the ends of its ~95% interval (none
+    where the interval is missing)."""
+    below = (rows["latency_ms"] - rows["latency_low_ms"]).clip(lower=0).fillna(0.0)
+    above = (rows["latency_high_ms"] - rows["latency_ms"]).clip(lower=0).fillna(0.0)
+    return [below.tolist(), above.tolist()]
+
+
+def _log_if_wide(ax: Any, xs: list[float]) -> None:
+    if xs and min(xs) > 0 and max(xs) / min(xs) > 20:
+        ax.set_xscale("log")
+
+
+def pareto_figure(chosen: Selection, frame: pd.DataFrame, ctx: ReportContext) -> Any:
+    """pareto.png as a matplotlib Figure (Agg canvas). One panel, metric vs latency of the
+    sweep's configurations in eager fp32 (`_eager_panel`); with a variants table
+    (`ReportContext.variants`), a second panel beside it on the same metric axis: the runtimes
+    (`_runtimes_panel`).
+
+    Beside, not on the same axes: the two are different measurements (the configurations' seed
+    means, timed one model at a time by `pipeline.select.latency`; one model per configuration in
+    each runtime, timed interleaved with an interval), and each has its own teacher point and its
+    own front. On one axes the same student in eager fp32 would be drawn twice at two latencies
+    and the two fronts crossed; side by side, with the metric axis shared, a runtime's gain is
+    still read against the eager configurations at a glance."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(8, 5.5), dpi=120)
+    variants = ctx.variants if ctx.variants is not None and len(ctx.variants) else None
+    fig = Figure(figsize=(8 if variants is None else 15, PLOT_HEIGHT), dpi=PLOT_DPI)
     FigureCanvasAgg(fig)
-    ax = fig.add_subplot()
+    ax = fig.add_subplot(1, 1 if variants is None else 2, 1)
+    _eager_panel(ax, chosen, frame, ctx, alone=variants is None)
+    if variants is not None:
+        _runtimes_panel(fig.add_subplot(1, 2, 2, sharey=ax), variants, frame, ctx)
+    fig.tight_layout()
+    return fig
+
+
+def pareto_plot(chosen: Selection, frame: pd.DataFrame, ctx: ReportContext, path: Path) -> Path:
+    """pareto.png (`pareto_figure`)."""
+    pareto_figure(chosen, frame, ctx).savefig(path)
+    return path
+
+
+def _eager_panel(ax: Any, chosen: Selection, frame: pd.DataFrame, ctx: ReportContext, alone: bool = True) -> None:
+    """Metric vs latency: every configuration with its seed spread, the front, the teacher."""
     metric_name = _metric_name(frame)
     measured = chosen.configs[chosen.configs["latency_ms"].notna()] if len(chosen.configs) else chosen.configs
     colors = {m: f"C{i % 10}" for i, m in enumerate(dict.fromkeys(chosen.configs["method"]))} if len(chosen.configs) else {}
@@ -372,19 +429,59 @@ def pareto_plot(chosen: Selection, frame: pd.DataFrame, ctx: ReportContext, path
         ax.axvline(ctx.selection.max_latency_ms, color="red", linestyle=":", linewidth=1, label="latency budget")
     if not len(measured):
         ax.text(0.5, 0.5, "latency not measured yet", transform=ax.transAxes, ha="center", va="center")
-    xs = list(measured["latency_ms"]) + ([ctx.teacher.p50_ms] if ctx.teacher else [])
-    if xs and min(xs) > 0 and max(xs) / min(xs) > 20:
-        ax.set_xscale("log")
+    _log_if_wide(ax, list(measured["latency_ms"]) + ([ctx.teacher.p50_ms] if ctx.teacher else []))
     settings = ctx.latency.settings if ctx.latency else ctx.selection.latency
     ax.set_xlabel(f"latency, ms (p50; batch {settings.batch_size} × {settings.seq_length}, {settings.device})")
     ax.set_ylabel(f"{metric_name} (mean ± std over seeds)")
-    ax.set_title(f"{ctx.sweep}: {metric_name} vs latency")
+    ax.set_title(f"{ctx.sweep}: {metric_name} vs latency" + ("" if alone else " (eager fp32)"))
     ax.grid(True, alpha=0.3)
     if ax.get_legend_handles_labels()[0]:
         ax.legend(loc="best", fontsize="small")
-    fig.tight_layout()
-    fig.savefig(path)
-    return path
+
+
+def _runtimes_panel(ax: Any, table: pd.DataFrame, frame: pd.DataFrame, ctx: ReportContext) -> None:
+    """variants.parquet at the front's shape: each student variant at its p50 with the ~95%
+    interval as a horizontal bar, one series (colour and marker) per runtime; the variant front
+    (`pareto` True) joined as the eager front is; the teacher in each runtime as a star of that
+    runtime's colour, labelled "teacher · <runtime>". Variants with an error or without a metric
+    or a timing at the front's shape are left out (the Runtimes table lists them)."""
+    runtimes = list(dict.fromkeys(str(r) for r in table["runtime"]))
+    colors = {r: f"C{i % 10}" for i, r in enumerate(runtimes)}
+    markers = {r: RUNTIME_MARKERS[i % len(RUNTIME_MARKERS)] for i, r in enumerate(runtimes)}
+    shown = _plotted_variants(table)
+    students = shown[shown["trial_id"] != TEACHER]
+    for runtime in runtimes:
+        rows = students[students["runtime"] == runtime]
+        if len(rows):
+            ax.errorbar(rows["latency_ms"], rows["metric"], xerr=_latency_errors(rows), fmt=markers[runtime],
+                        color=colors[runtime], label=runtime, capsize=3, alpha=0.85)
+    front = students[students["pareto"].fillna(False).astype(bool)].sort_values("latency_ms", kind="stable")
+    if len(front):
+        ax.step(front["latency_ms"], front["metric"], where="post", color="black", linewidth=1, label=VARIANT_FRONT)
+        ax.scatter(front["latency_ms"], front["metric"], s=120, facecolors="none", edgecolors="black", zorder=3)
+    teacher = shown[shown["trial_id"] == TEACHER]
+    for runtime in runtimes:
+        rows = teacher[teacher["runtime"] == runtime]
+        if len(rows):
+            ax.errorbar(rows["latency_ms"], rows["metric"], xerr=_latency_errors(rows), fmt="*", markersize=15,
+                        color=colors[runtime], markeredgecolor="black", capsize=3, zorder=4,
+                        label=teacher_variant_label(runtime))
+    if ctx.selection.max_latency_ms is not None:
+        ax.axvline(ctx.selection.max_latency_ms, color="red", linestyle=":", linewidth=1, label="latency budget")
+    if not len(shown):
+        ax.text(0.5, 0.5, "no variant timed", transform=ax.transAxes, ha="center", va="center")
+    _log_if_wide(ax, list(shown["latency_ms"]))
+    front_shape = table["front_shape"].dropna()
+    device = table["device"].dropna()
+    threads = table["threads"].dropna()
+    where = ", ".join([str(device.iloc[0]) if len(device) else ctx.selection.latency.device,
+                       *([f"{int(threads.iloc[0])} threads"] if len(threads) else [])])
+    shape = str(front_shape.iloc[0]) if len(front_shape) else ctx.selection.latency.front_shape.label
+    ax.set_xlabel(f"latency, ms (p50 with its ~95% interval; {shape}, interleaved, {where})")
+    ax.set_title(f"{_metric_name(frame)} vs latency by runtime (every student timed)")
+    ax.grid(True, alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(loc="best", fontsize="small")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -493,7 +590,8 @@ def rebuild_report(sweep_dir: Path) -> ReportFiles:
     run_dir = current_run_dir(sweep_dir)
     # the run's own latency.json; a run from before runs kept theirs: the one at the top
     record = load_record(run_dir) if run_dir is not None and (run_dir / LATENCY_FILE).is_file() else load_record(sweep_dir)
-    variants = read_variants(variants_path(run_dir if run_dir is not None and variants_path(run_dir).is_file() else sweep_dir))
+    # the run's own variants only: a run that built none must not show an older run's from the top
+    variants = read_variants(variants_path(run_dir if run_dir is not None else sweep_dir))
     ctx = ReportContext(
         sweep=spec.name if spec else sweep_dir.name,
         selection=spec.selection if spec else SelectionConfig(),

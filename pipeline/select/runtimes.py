@@ -1,5 +1,6 @@
-"""Runtime variants of a saved model: the same weights served as eager PyTorch, ONNX Runtime fp32
-and ONNX Runtime int8, each checked against the eager fp32 logits and scored on its own.
+"""Runtime variants of a saved model: the same weights served as eager PyTorch (fp32, fp16, bf16),
+ONNX Runtime fp32 and ONNX Runtime int8, each checked against the eager fp32 logits and scored on
+its own, and its peak memory measured.
 
 A user serves an encoder in a runtime, not as a folder of weights, and the runtime changes both
 speed and (for int8) accuracy; so the select stage builds every variant of a student or teacher
@@ -28,6 +29,20 @@ folder, checks that it computes what the folder computes, and scores it on the d
   the traced attention-mask subgraph of transformers' BERT, and without it the same MatMuls are
   quantized (26 of 34 in a 4-layer BERT: all but the 8 attention products, whose both operands are
   activations).
+- `torch-fp16`, `torch-bf16`: the folder loaded as `torch` is, in half precision
+  (`from_pretrained(dtype=...)`, then every floating parameter and buffer cast: what a consumer
+  serving on a GPU runs); inputs stay int64 token ids, logits come back as float32. Nothing is
+  written. What GPUs serve in (the cuda default adds `torch-fp16`); the spec takes them on a CPU
+  too, where they pay only with half-precision units (AVX512-BF16/AMX, AVX512-FP16; a CPU without
+  them has no fast kernels: not measured, this machine has the units). torch 2.13 has fp16 and
+  bf16 matmul, LayerNorm, softmax and SDPA on the CPU, which is how the tests check them. On this
+  machine's Xeon the teacher's 872 dev sentences took 3.3 s in bf16, 9.7 s in fp16 and 10.6 s in
+  fp32 (one thread, load included, one run). fp16 keeps 10 mantissa bits and bf16 7 (fp32: 23), so
+  they are checked against fp32 with tolerances of their own (`TOLERANCES`).
+
+Every variant's peak memory is measured apart from its timing (`measure_peak_memory`): loaded
+anew, one forward at the given inputs, the rise of the process's peak resident set (or, for the
+eager runtimes on cuda, of torch's peak device allocation) over what was there before.
 
 Files are keyed by content: beside each `.onnx` a stamp (`<file>.stamp.json`) records the digest of
 the folder it was built from (config, weights and custom code: `source_digest`), the recipe
@@ -62,8 +77,12 @@ from pipeline.prepare.remote_code import remote_code
 if TYPE_CHECKING:
     import torch
 
-RUNTIMES = ("torch", "onnxruntime", "onnxruntime-int8")
-TORCH, ORT, ORT_INT8 = RUNTIMES
+RUNTIMES = ("torch", "onnxruntime", "onnxruntime-int8", "torch-fp16", "torch-bf16")
+TORCH, ORT, ORT_INT8, TORCH_FP16, TORCH_BF16 = RUNTIMES
+# the eager PyTorch runtimes and the dtype each runs the model in
+TORCH_DTYPES: dict[str, str] = {TORCH: "float32", TORCH_FP16: "float16", TORCH_BF16: "bfloat16"}
+HALF_RUNTIMES = (TORCH_FP16, TORCH_BF16)  # what GPUs serve in (`pipeline.config.RuntimeName`)
+CPU_RUNTIMES = (TORCH, ORT, ORT_INT8)  # what a CPU serves with: what a CPU benchmark builds
 
 # How far a variant's logits may be from the eager fp32 PyTorch logits of the same folder on the
 # same batch before it counts as broken: max |variant - fp32| <= TOLERANCES[runtime] × the logit
@@ -97,7 +116,30 @@ TORCH, ORT, ORT_INT8 = RUNTIMES
 #   the model's (zeros are off by 1 × scale; another model's by up to 2 ×). It cannot tell two
 #   students of one task apart (their logits agree about as well as int8 does): what int8 costs,
 #   and whether it is the right model, is settled by its own dev-set metric (`evaluate_variant`).
-TOLERANCES: dict[str, float] = {TORCH: 1e-4, ORT: 1e-3, ORT_INT8: 0.75}
+#
+# Half precision, measured 2026-12-02 the same way on the CPU (torch 2.13.0+cpu, transformers
+# 5.24.0, 1 thread, a Xeon with AVX512-FP16 and AMX-BF16; the script: a loop over the four folders
+# calling `predict_logits(load_runner(build_variant(folder, rt, folder), 1), rows, 32)` for rt in
+# torch, torch-fp16, torch-bf16), max abs difference from eager fp32 (p99), and as a fraction of the
+# logit scale:
+#
+#   model                                     max |logit|  torch-fp16                   torch-bf16                 argmax = fp32 (fp16, bf16)
+#   tiny BERT 4 × 32 (random)                 0.046        5.8e-5 (4.3e-5)              4.3e-4 (2.9e-4)            100%, 99.6%
+#   tiny BERT 2 × 128, vocab 1000 (random)    0.16         1.6e-4 (1.3e-4)              9.6e-4 (7.0e-4)            100%, 100%
+#   CoFi pruned tiny BERT (random)            0.017        2.9e-5 (2.3e-5)              1.9e-4 (1.4e-4)            100%, 98.4%
+#   MiniLM-L6 fine-tuned on SST-2 (teacher)   2.46         5.1e-3 (3.1e-3) = 2.1e-3 ×   4.3e-2 (2.8e-2) = 1.8e-2 ×  99.9%, 99.8%
+#
+# The teacher's dev accuracy: 0.8727 eager fp32, 0.8716 fp16, 0.8727 bf16.
+#
+# - torch-fp16, torch-bf16: every weight and activation rounded to 11 (fp16) or 8 (bf16)
+#   significant bits, 2^3 apart, and bf16 was 6-9 times further from fp32 than fp16 on every
+#   model above. The tolerances are about ten times the teacher's figure, 2e-2 and 0.15 × scale:
+#   the error grows with depth (the teacher has 6 layers; a 24-layer model may double or triple
+#   it) and a GPU sums in other orders (fp16 GEMMs may reduce in fp16, fused attention kernels), not
+#   measured here. They still refuse a cast that went wrong: zeros or another model's logits are
+#   off by 1-2 × scale on a fine-tuned head, a padding mask ignored by more than rounding on every
+#   padded row, and an fp16 overflow gives non-finite logits (refused whatever the tolerance).
+TOLERANCES: dict[str, float] = {TORCH: 1e-4, ORT: 1e-3, ORT_INT8: 0.75, TORCH_FP16: 2e-2, TORCH_BF16: 0.15}
 
 ONNX_FILE = "model.onnx"
 INT8_FILE = "model.int8.onnx"
@@ -115,9 +157,11 @@ SOURCE_PATTERNS = ("config.json", "*.safetensors", "*.safetensors.index.json", "
 class Variant:
     """One runtime's form of a model folder: what to load, and what a consumer would ship.
 
-    `path` is the folder for `torch` and the `.onnx` file for the ONNX runtimes; `files` are the
-    files counted in `size_bytes` (the weights for `torch`, the `.onnx` file and any external data
-    for ONNX); `source` and `source_digest` name the folder and the content it was built from.
+    `path` is the folder for the eager runtimes (`torch`, `torch-fp16`, `torch-bf16`) and the
+    `.onnx` file for the ONNX runtimes; `files` are the files `size_bytes` is counted from (the
+    weights for the eager runtimes — at 2 bytes a weight for fp16 and bf16 —, the `.onnx` file
+    and any external data for ONNX); `source` and `source_digest` name the folder and the content
+    it was built from.
     """
 
     runtime: str
@@ -158,12 +202,44 @@ def weight_files(folder: Path) -> list[Path]:
     return sorted(folder.glob("*.safetensors")) or sorted(folder.glob("*.bin"))
 
 
+def weights_bytes(files: Sequence[Path], float_itemsize: int) -> int:
+    """The bytes of the tensors in `files` (safetensors or PyTorch `.bin`) with every floating
+    tensor at `float_itemsize` bytes an element (2: fp16 or bf16) and the others as stored.
+    Safetensors: read from the header alone (no tensor is loaded)."""
+    total = 0
+    for path in files:
+        if path.suffix == ".safetensors":
+            with open(path, "rb") as f:
+                header = json.loads(f.read(int.from_bytes(f.read(8), "little")))
+            for name, info in header.items():
+                if name == "__metadata__":
+                    continue
+                start, end = info["data_offsets"]
+                numel = int(np.prod(info["shape"], dtype=np.int64))
+                floating = info["dtype"] in {"F64", "F32", "F16", "BF16"} or info["dtype"].startswith("F8")
+                total += numel * float_itemsize if floating else end - start
+        else:
+            import torch
+
+            state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+            seen = set()  # tied weights share a storage, saved once
+            for tensor in state.values():
+                storage = tensor.untyped_storage()
+                if storage.data_ptr() in seen:
+                    continue
+                seen.add(storage.data_ptr())
+                size = storage.nbytes()
+                total += size // tensor.element_size() * float_itemsize if tensor.is_floating_point() else size
+    return total
+
+
 def build_variant(folder: Path, runtime: str, out_dir: Path, *, seq_length_hint: int = 128) -> Variant:
     """The `runtime` variant of the model in `folder`, its files written into `out_dir`.
 
-    `torch` writes nothing. `onnxruntime` writes `model.onnx`; `onnxruntime-int8` writes
-    `model.onnx` (which it is quantized from) and `model.int8.onnx`. An existing file is reused when
-    its stamp says it was built from this folder's content with this recipe and the file is intact.
+    `torch`, `torch-fp16` and `torch-bf16` write nothing (the folder is the variant).
+    `onnxruntime` writes `model.onnx`; `onnxruntime-int8` writes `model.onnx` (which it is
+    quantized from) and `model.int8.onnx`. An existing file is reused when its stamp says it was
+    built from this folder's content with this recipe and the file is intact.
     `seq_length_hint` is the length of the example the exporter traces (capped at the model's
     positions); the axes stay dynamic whatever it is.
     """
@@ -174,6 +250,13 @@ def build_variant(folder: Path, runtime: str, out_dir: Path, *, seq_length_hint:
     if runtime == TORCH:
         weights = weight_files(folder)
         return Variant(TORCH, folder, sum(p.stat().st_size for p in weights), folder, digest, tuple(weights))
+    if runtime in HALF_RUNTIMES:
+        # Nothing is written: the folder is loaded and cast. The size is the weights' bytes at
+        # that dtype — what the served model holds, and (within the file's header, a few kB)
+        # what a consumer ships who saves the cast model (`save_pretrained` after `.half()`):
+        # half the fp32 file. `files` are the fp32 weights it is computed from.
+        weights = weight_files(folder)
+        return Variant(runtime, folder, weights_bytes(weights, 2), folder, digest, tuple(weights))
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     fp32 = out_dir / ONNX_FILE
@@ -193,17 +276,23 @@ def build_variant(folder: Path, runtime: str, out_dir: Path, *, seq_length_hint:
     return _onnx_variant(ORT_INT8, int8, folder, digest, reused)
 
 
-def load_model(folder: Path):
-    """The folder's model as a consumer loads it: eval mode, fp32, custom code only when it is
-    the recorded code (`remote_code` raises otherwise, before anything is imported)."""
+def load_model(folder: Path, dtype: str = "float32"):
+    """The folder's model as a consumer loads it: eval mode, in `dtype` (fp32 unless said: a
+    half-precision runtime's "float16" or "bfloat16", every floating parameter and buffer cast),
+    custom code only when it is the recorded code (`remote_code` raises otherwise, before
+    anything is imported)."""
     import torch
     from transformers import AutoModelForSequenceClassification
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()
     trust = remote_code(folder)
-    model = AutoModelForSequenceClassification.from_pretrained(str(folder), trust_remote_code=trust)
-    return model.to(torch.float32).eval()
+    torch_dtype = getattr(torch, dtype)
+    # half precision: cast while loading, as a consumer serving it does; fp32 as before (whatever
+    # the folder holds, then cast)
+    kwargs = {"dtype": torch_dtype} if torch_dtype != torch.float32 else {}
+    model = AutoModelForSequenceClassification.from_pretrained(str(folder), trust_remote_code=trust, **kwargs)
+    return model.to(torch_dtype).eval()
 
 
 def model_inputs(model) -> tuple[str, ...]:
@@ -383,12 +472,17 @@ class Runner(Protocol):
 
 
 class TorchRunner:
-    def __init__(self, folder: Path, threads: int, device: str = "cpu") -> None:
+    """Eager PyTorch: `runtime` one of TORCH_DTYPES (fp32, fp16 or bf16 weights and activations;
+    int64 token ids in, float32 logits out whatever the dtype)."""
+
+    def __init__(self, folder: Path, threads: int, device: str = "cpu", runtime: str = TORCH) -> None:
         import torch
 
-        self.runtime, self.threads = TORCH, threads
+        if runtime not in TORCH_DTYPES:
+            raise DrydockError(f"runtime {runtime!r}: not an eager PyTorch runtime ({', '.join(TORCH_DTYPES)})")
+        self.runtime, self.threads = runtime, threads
         self.device = torch.device(device)
-        self.model = load_model(folder).to(self.device)
+        self.model = load_model(folder, TORCH_DTYPES[runtime]).to(self.device)
         self.input_names = model_inputs(self.model)
 
     def __call__(self, inputs: Mapping[str, Any]) -> np.ndarray:
@@ -443,8 +537,8 @@ def load_runner(variant: Variant, threads: int, device: str = "cpu") -> Runner:
     optimisations on, the CPU provider, the CUDA one first for `device="cuda"` when installed)."""
     if threads < 1:
         raise DrydockError(f"threads: {threads}; at least 1")
-    if variant.runtime == TORCH:
-        return TorchRunner(variant.path, threads, device)
+    if variant.runtime in TORCH_DTYPES:
+        return TorchRunner(variant.path, threads, device, variant.runtime)
     if variant.runtime in (ORT, ORT_INT8):
         return OrtRunner(variant, threads, device)
     raise DrydockError(f"runtime {variant.runtime!r}: unknown; known: {', '.join(RUNTIMES)}")
@@ -460,14 +554,16 @@ def logit_scale(logits: np.ndarray) -> float:
     return max(1.0, float(np.max(np.abs(logits)))) if logits.size else 1.0
 
 
-def check_parity(folder: Path, variant: Variant, batch: Mapping[str, Any], *, threads: int = 1) -> float:
-    """The max abs difference between the variant's logits and the folder's eager fp32 logits on
-    `batch`. A `DrydockError` naming the folder, the runtime, the difference and the tolerance
-    when it exceeds `TOLERANCES[runtime] × logit_scale` (or the shapes differ, or a logit is not
-    finite): such a variant does not compute what the folder computes."""
+def check_parity(folder: Path, variant: Variant, batch: Mapping[str, Any], *, threads: int = 1, device: str = "cpu",
+                 tolerances: Mapping[str, float] = TOLERANCES) -> float:
+    """The max abs difference between the variant's logits, run on `device` (where it is served),
+    and the folder's eager fp32 logits on the CPU on `batch`. A `DrydockError` naming the folder,
+    the runtime, the difference and the tolerance when it exceeds `tolerances[runtime] ×
+    logit_scale` (or the shapes differ, or a logit is not finite): such a variant does not compute
+    what the folder computes."""
     folder = Path(folder)
     expected = TorchRunner(folder, threads)(batch)
-    got = load_runner(variant, threads)(batch)
+    got = load_runner(variant, threads, device)(batch)
     where = f"{folder}: the {variant.runtime} variant ({variant.path})"
     if got.shape != expected.shape:
         raise DrydockError(f"{where} gives logits of shape {got.shape}, the model {expected.shape}")
@@ -475,11 +571,11 @@ def check_parity(folder: Path, variant: Variant, batch: Mapping[str, Any], *, th
         raise DrydockError(f"{where} gives non-finite logits")
     difference = float(np.max(np.abs(got - expected))) if got.size else 0.0
     scale = logit_scale(expected)
-    tolerance = TOLERANCES[variant.runtime] * scale
+    tolerance = tolerances[variant.runtime] * scale
     if difference > tolerance:
         raise DrydockError(
             f"{where} differs from the eager fp32 logits by {difference:.3g} (max abs), more than the "
-            f"{tolerance:.3g} allowed for {variant.runtime} ({TOLERANCES[variant.runtime]:g} × logit scale {scale:.3g})"
+            f"{tolerance:.3g} allowed for {variant.runtime} ({tolerances[variant.runtime]:g} × logit scale {scale:.3g})"
         )
     return difference
 
@@ -530,3 +626,134 @@ def evaluate_variant(
     logits = predict_logits(runner, rows, batch_size, pad_id)
     return compute_metrics(list(metric_names), logits, labels, regression)
 
+
+
+# ----------------------------------------------------------------------------------------------
+# peak memory
+# ----------------------------------------------------------------------------------------------
+
+# Linux: writing "5" to clear_refs resets the process's peak resident set (VmHWM in status) to its
+# current resident set (since Linux 4.0; checked on 6.18 here). Module attributes, so a test can
+# point them elsewhere.
+CLEAR_REFS = Path("/proc/self/clear_refs")
+PROC_STATUS = Path("/proc/self/status")
+HWM_SLACK = 1 << 20  # right after the reset VmHWM must equal VmRSS (within this): else it was not reset
+
+
+@dataclass(frozen=True)
+class PeakMemory:
+    """`bytes`: the variant's peak memory, None when it could not be measured; `method`: how it
+    was measured, or why not (one line, for the log)."""
+
+    bytes: int | None
+    method: str
+
+
+def measure_peak_memory(variant: Variant, threads: int, inputs: Mapping[str, Any], device: str = "cpu") -> PeakMemory:
+    """What loading the variant anew and running one forward on `inputs` takes, over what the
+    process held before; the runner is dropped after. Never raises for want of a way to measure
+    (the figure is then None and `method` says why); a load or forward that fails raises.
+
+    - CPU (every runtime): the process's peak resident set. Free heap memory is handed back to
+      the OS first (glibc's `malloc_trim`), so the load and the forward cannot hide in pages the
+      process already held (the cyclic collector is off throughout, for the same reason); then
+      VmHWM is reset (`CLEAR_REFS`), the variant loaded and run, and the figure is VmHWM after
+      minus VmHWM right after the reset. It counts the weights as loaded (ONNX Runtime's
+      initializers, torch's tensors; for torch also the safetensors pages mapped while loading),
+      the activations, ONNX Runtime's arena, whatever the allocators round up to, and any lazy
+      initialisation the process had not done yet (kernels of a dtype not run before): for a
+      model of megabytes, an upper bound of the variant's own, what a serving process needs
+      beyond the interpreter and its libraries (those are in the baseline). For `torch-fp16` and
+      `torch-bf16` it includes the fp32 file's pages, mapped while the weights are cast. It is
+      coarse: what fits in heap pages the process already holds in part is not seen (a test
+      model of tens of kB can read 0), and the same variant measured twice in one process
+      differed by up to 20% (the MiniLM-L6 teacher at 32 × 64, after a warm-up run of each:
+      149 and 164 MB in fp32, 91 and 114 MB in fp16, 91 and 97 MB in bf16, 175 and 177 MB in
+      onnxruntime, 81 and 98 MB in int8). The resident set is the process's, so nothing else may
+      run in the process meanwhile — one variant at a time, before or after timing, never during
+      it. Without a writable `CLEAR_REFS` (not Linux, an older kernel, a sandbox) or when VmHWM
+      does not follow the reset: None.
+    - cuda, eager runtimes: torch's peak device allocation (`torch.cuda.max_memory_allocated`
+      after `reset_peak_memory_stats`) over what was allocated before: weights and activations
+      on the GPU, not the CUDA context or the allocator's cached but unused blocks. ONNX Runtime
+      on cuda: None (its device memory is not torch's to count).
+    """
+    if device == "cuda":
+        if variant.runtime not in TORCH_DTYPES:
+            return PeakMemory(None, f"{variant.runtime} on cuda: its device memory is outside torch's allocator, not measured")
+        return _cuda_peak(lambda: _load_and_run(variant, threads, device, inputs))
+    return _host_peak(lambda: _load_and_run(variant, threads, device, inputs))
+
+
+def _load_and_run(variant: Variant, threads: int, device: str, inputs: Mapping[str, Any]) -> None:
+    runner = load_runner(variant, threads, device)
+    runner(inputs)
+
+
+def _proc_status() -> dict[str, int]:
+    """VmRSS and VmHWM of this process, in bytes (absent when the kernel does not give them)."""
+    values = {}
+    for line in PROC_STATUS.read_text().splitlines():
+        name, _, rest = line.partition(":")
+        if name in ("VmRSS", "VmHWM"):
+            number, _, unit = rest.strip().partition(" ")
+            values[name] = int(number) * (1024 if unit.strip() == "kB" else 1)
+    return values
+
+
+def _release_free_heap() -> None:
+    """Hand freed heap memory back to the OS (glibc's `malloc_trim`, a millisecond; elsewhere nothing)."""
+    import ctypes
+
+    try:
+        ctypes.CDLL(None).malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc
+        pass
+
+
+class _no_gc:
+    """The cyclic collector off for the block: garbage it would free mid-measurement could hand the
+    variant memory the baseline counted (an underestimate). No `gc.collect()` before either: with
+    transformers imported a full collection takes 0.5 s, and garbage left in the baseline is
+    counted there, not in the figure."""
+
+    def __enter__(self) -> None:
+        import gc
+
+        self.enabled = gc.isenabled()
+        gc.disable()
+
+    def __exit__(self, *exc: object) -> None:
+        import gc
+
+        if self.enabled:
+            gc.enable()
+
+
+def _host_peak(run: Callable[[], None]) -> PeakMemory:
+    with _no_gc():
+        _release_free_heap()
+        try:
+            with open(CLEAR_REFS, "w") as f:
+                f.write("5")
+            start = _proc_status()
+        except OSError as e:
+            return PeakMemory(None, f"cannot reset the peak resident set ({e.filename or CLEAR_REFS}: {e.strerror or e})")
+        if "VmHWM" not in start or "VmRSS" not in start:
+            return PeakMemory(None, f"{PROC_STATUS} gives no VmHWM/VmRSS")
+        if start["VmHWM"] > start["VmRSS"] + HWM_SLACK:
+            return PeakMemory(None, f"writing 5 to {CLEAR_REFS} did not reset VmHWM ({start['VmHWM']} B, resident {start['VmRSS']} B)")
+        run()
+        return PeakMemory(max(0, _proc_status()["VmHWM"] - start["VmHWM"]), "peak resident set (VmHWM) over the process's before")
+
+
+def _cuda_peak(run: Callable[[], None]) -> PeakMemory:
+    import torch
+
+    with _no_gc():
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        before = torch.cuda.memory_allocated()
+        run()
+        torch.cuda.synchronize()
+        return PeakMemory(max(0, torch.cuda.max_memory_allocated() - before), "torch.cuda.max_memory_allocated over the allocated before")

@@ -25,7 +25,10 @@ It runs after the search, on the sweep's current results.parquet, in the sweep's
    alias moves only if the new champion beats the current one on the same dev set (re-scored on
    this sweep's when the champion's numbers came from other rows), or the current one is outside
    this sweep's latency budget (the policy: `pipeline.select.champion`; the MLflow side:
-   `pipeline.select.registry`; the dev set's identity: `pipeline.select.dev_set`).
+   `pipeline.select.registry`; the dev set's identity: `pipeline.select.dev_set`). With
+   variants built, the registry serves what was measured: the front over (served export,
+   runtime) is registered too, ONNX variants as ONNX Runtime models, and the alias is offered
+   to that front's champion (`pipeline.select.variant_registry`).
 
 The files come before the registry so that a registry outage still leaves a complete,
 inspectable sweep folder.
@@ -198,7 +201,8 @@ def select_stage(
             tracker.uri, spec.registered_model_name, chosen.front, chosen.champion, sweep=spec.name,
             experiment_id=tracker.experiment_id, measurements=measured, max_length=spec.task.max_seq_length,
             pair=task_spec(spec.task).is_pair, budget=spec.selection, log=log,
-            localize=store.localize if store is not None else Path, dev=dev, rescore=rescore)
+            localize=store.localize if store is not None else Path, dev=dev, rescore=rescore,
+            variants=variants, configs=chosen.configs)
         if outcome.decision is not None and tracker.parent_id:
             tracker.set_tags(tracker.parent_id, {
                 "drydock.registered_model": spec.registered_model_name,
@@ -220,6 +224,8 @@ def publish(sweep_dir: Path, run_dir: Path | None, out_dir: Path, frame: pd.Data
     latest = ReportFiles.of(sweep_dir)
     if run_dir is not None:  # together: the top level holds one run's set, the newest complete one
         publish_latest([*files.all(), *records], sweep_dir)
+        if variants_path(out_dir) not in records:  # an older run's variants must not pass for this run's
+            variants_path(sweep_dir).unlink(missing_ok=True)
     for path in files.all():
         tracker.log_parent_artifact(path, "report")
     for path in records:

@@ -25,6 +25,13 @@ compares two figures computed the same way on the same rows, so it measures the 
 (the trial's figure comes from the training loop's evaluation, and the teacher has no trial);
 it costs one forward pass over the dev set per model, little beside an ONNX export.
 
+Peak memory (`measure_memory`, `pipeline.select.runtimes.measure_peak_memory`): after every
+variant is built, checked and scored and before any is timed, each one is loaded anew and run
+once at the largest timed shape it takes, alone, one after another: the CPU figure is the rise of
+the process's peak resident set, which anything else running in the process would inflate, so it
+is never measured during the interleaved timing. Where it cannot be measured (no writable
+`/proc/self/clear_refs`) the column is null and the log says why; it never fails a variant.
+
 `benchmarks/runtimes.py` uses the same pieces (`tokenize`, `out_folder`, `time_shape` with its
 `latency_inputs`) for its stand-alone table.
 """
@@ -107,6 +114,7 @@ class Entry:
     metrics: dict[str, float] = field(default_factory=dict)
     parity: float | None = None
     build_seconds: float = 0.0
+    peak_memory_bytes: int | None = None  # `measure_memory`
     error: str | None = None
 
     @property
@@ -149,17 +157,55 @@ def prepare_variant(entry: Entry, rows: list[dict[str, Any]], pad_id: int, label
     """Build the variant (files under `out_folder(out, model)`), load it, check it against the
     folder's eager fp32 logits on the first PARITY_ROWS rows (raises when it is off), score it
     on the rows. The entry is filled as far as it got."""
-    from pipeline.errors import DrydockError
-    from pipeline.select.runtimes import RUNTIMES, build_variant, check_parity, evaluate_variant, load_runner, pad_batch
+    from pipeline.select.runtimes import build_variant, check_parity, evaluate_variant, load_runner, pad_batch
 
-    if entry.runtime not in RUNTIMES:  # the spec accepts GPU half precision; drydock does not build it yet
-        raise DrydockError(f"runtime {entry.runtime}: not built yet (built: {', '.join(RUNTIMES)})")
     started = time.perf_counter()
     entry.variant = build_variant(entry.folder, entry.runtime, out_folder(out, entry.model), seq_length_hint=max_length)
     entry.build_seconds = time.perf_counter() - started
     entry.runner = load_runner(entry.variant, threads, device)
-    entry.parity = check_parity(entry.folder, entry.variant, pad_batch(rows[:PARITY_ROWS], pad_id), threads=threads)
+    # on the device it is served on (fp16 on a GPU is not fp16 on a CPU), against eager fp32 on the CPU
+    entry.parity = check_parity(entry.folder, entry.variant, pad_batch(rows[:PARITY_ROWS], pad_id), threads=threads, device=device)
     entry.metrics = evaluate_variant(entry.runner, rows, labels, metric_names, regression, batch_size=EVAL_BATCH, pad_id=pad_id)
+
+
+def memory_shape(config: Mapping[str, Any], shapes: Sequence[tuple[int, int]]) -> tuple[int, int] | None:
+    """The shape of `shapes` with the most tokens (batch × length; ties: the longer) whose length
+    the model takes (within `max_position_embeddings`); None when it takes none of them."""
+    limit = config.get("max_position_embeddings")
+    fits = [(b, n) for b, n in shapes if not limit or n <= int(limit)]
+    return max(fits, key=lambda s: (s[0] * s[1], s[1])) if fits else None
+
+
+def measure_memory(entries: Sequence[Entry], shapes: Sequence[tuple[int, int]], threads: int, device: str = "cpu",
+                   log: Log | None = None) -> None:
+    """`peak_memory_bytes` of every entry without an error: loaded anew and run once at its
+    `memory_shape`, one at a time (`measure_peak_memory`). Nothing here fails an entry: a figure
+    that cannot be had stays None, and the log says why (each reason once)."""
+    from pipeline.select.runtimes import PeakMemory, measure_peak_memory
+
+    measured: list[str] = []
+    missing: dict[str, list[str]] = {}
+    for entry in entries:
+        if entry.error is not None or entry.variant is None:
+            continue
+        shape = memory_shape(entry.config, shapes)
+        if shape is None:
+            missing.setdefault("no timed shape within its positions", []).append(entry.name)
+            continue
+        try:
+            peak = measure_peak_memory(entry.variant, threads, latency_inputs(entry.config, *shape), device)
+        except Exception as e:  # noqa: BLE001 — it was built, checked and scored: a failed measurement is a null figure
+            peak = PeakMemory(None, f"the load or forward failed ({_failure(e)})")
+        entry.peak_memory_bytes = peak.bytes
+        if peak.bytes is None:
+            missing.setdefault(peak.method, []).append(entry.name)
+        else:
+            measured.append(f"{entry.name} {peak.bytes / 1e6:.3g} MB @{shape[0]}x{shape[1]}")
+    if log is not None:
+        if measured:
+            log(f"variants: peak memory ({'torch device allocation' if device == 'cuda' else 'resident set'}): {', '.join(measured)}")
+        for why, names in missing.items():
+            log(f"variants: peak memory not measured for {', '.join(names)}: {why}")
 
 
 def time_shape(entries: Sequence[Entry], shape: tuple[int, int], references: Sequence[str], settings: InterleaveSettings,
@@ -235,6 +281,7 @@ def run_variant_job(job: VariantJob | dict[str, Any], log: Log = print, *, grant
     out = store.path(out_key) if store is not None and out_key is not None else Path(job.out)
     threads = _threads(job, granted_threads)
     entries = _prepare_all(job, folders, out, threads, log)
+    measure_memory(entries, job.shapes, threads, job.device, log)  # alone, before any timing
     references = [runner_name(TEACHER, runtime) for runtime in job.runtimes]
     settings = InterleaveSettings.model_validate(job.interleave)
     sync = None
@@ -253,7 +300,8 @@ def run_variant_job(job: VariantJob | dict[str, Any], log: Log = print, *, grant
     facts = [VariantFacts(
         trial_id=e.model, runtime=e.runtime, metric=e.metrics.get(job.dev.primary), metric_name=job.dev.primary,
         size_bytes=e.variant.size_bytes if e.variant is not None else None,
-        path=kept(e.variant.path) if e.variant is not None else None, parity_max_abs_diff=e.parity, error=e.error,
+        path=kept(e.variant.path) if e.variant is not None else None, parity_max_abs_diff=e.parity,
+        peak_memory_bytes=e.peak_memory_bytes, error=e.error,
     ) for e in entries]
     return {"facts": [asdict(f) for f in facts], "threads": threads,
             "measurements": {label: r.model_dump() for label, r in measurements.items()}}

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from pydantic import ValidationError
 
-from pipeline.config import default_params, domain_candidates, domain_draw, load_spec, spec_from_dict
+from pipeline.config import LatencyConfig, default_params, domain_candidates, domain_draw, load_spec, spec_from_dict, spec_to_dict
 from pipeline.errors import SpecError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -190,6 +191,89 @@ def test_gpu_smoke_script_specs_validate():
     assert "train.grad_accumulation=2" in sweeps["zero2"]
     assert "zero_stage=3" in sweeps["zero3"] and "zero3-bf16.json" in sweeps["zero3"]
     assert "methods: theseus" in sweeps["theseus"] and "schedule: constant" in sweeps["theseus"]
+
+
+def fake_python(tmp_path: Path, body: str) -> str:
+    """A PYTHON for gpu_smoke.sh --check that compiles nothing and prints `body`'s lines (a bash
+    script) for the validating process, instead of importing drydock."""
+    fake = tmp_path / "python"
+    fake.write_text(f"#!/bin/bash\n[[ ${{3:-}} == validate ]] || exit 0\n{body}\n")
+    fake.chmod(0o755)
+    return str(fake)
+
+
+def smoke_check(tmp_path: Path, body: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_smoke.sh"), "--check"], capture_output=True, text=True,
+                          env={"PATH": "/usr/bin:/bin", "PYTHON": fake_python(tmp_path, body)})
+
+
+def said(*checks: str) -> str:
+    return "\n".join(f"printf 'OK\\t{check}\\tsweeps/smoke.yaml: valid (sweep gpu-{check})\\n'" for check in checks)
+
+
+def test_gpu_smoke_check_fails_for_a_check_the_validating_process_never_printed(tmp_path):
+    # all four lines: valid (the fake's lines stand in for drydock validate's)
+    run = smoke_check(tmp_path, said("ddp", "zero2", "theseus", "zero3"))
+    assert run.returncode == 0 and run.stdout.splitlines()[-1] == "gpu_smoke --check: 7 valid, 0 invalid", run.stdout
+    # theseus's line missing (a line for a check not asked for, or a second one, stands for none)
+    run = smoke_check(tmp_path, said("ddp", "zero2", "zero3", "zero2", "bogus") + "\necho 'Killed' >&2\nexit 137")
+    lines = run.stdout.splitlines()
+    assert run.returncode != 0 and lines[-1] == "gpu_smoke --check: 6 valid, 1 invalid", run.stdout
+    assert [line.split(":", 1)[0] for line in lines[:-1]] == [
+        "valid cuda", "valid ddp", "valid zero2", "invalid theseus", "valid zero3", "valid export", "valid latency"]
+    assert lines[3] == "invalid theseus: the validating process printed no line for it (exit 137; last output: Killed)"
+    # it printed nothing at all: every sweep check is invalid, none just uncounted
+    run = smoke_check(tmp_path, "exit 1")
+    assert run.returncode != 0 and run.stdout.splitlines()[-1] == "gpu_smoke --check: 3 valid, 4 invalid", run.stdout
+    assert "invalid ddp: the validating process printed no line for it (exit 1)" in run.stdout
+
+
+def latency_of(latency: dict) -> LatencyConfig:
+    return spec_from_dict({**MINIMAL, "selection": {"latency": latency}}).selection.latency
+
+
+def test_a_spec_that_lists_shapes_and_names_no_front_gets_the_front_it_expects():
+    # the only shape listed is the front: nothing else is timed
+    latency = latency_of({"shapes": ["1x128"]})
+    assert [s.label for s in latency.shapes] == ["1x128"] and latency.front_shape.label == "1x128"
+    assert (latency.batch_size, latency.seq_length) == (1, 128)
+    # several: 32x64, the default front, when listed
+    latency = latency_of({"shapes": ["1x128", "8x128", "32x64"]})
+    assert [s.label for s in latency.shapes] == ["1x128", "8x128", "32x64"] and latency.front_shape.label == "32x64"
+    # several without it: which one the budget means is the user's to say
+    assert problems({**MINIMAL, "selection": {"latency": {"shapes": ["1x128", "8x128"]}}}) == [
+        "selection.latency: shapes lists 1x128, 8x128 and no front_shape: set selection.latency.front_shape to the one "
+        "of them the variants' front and the latency budget use"]
+    assert latency_of({"shapes": ["1x128", "8x128"], "front_shape": "8x128"}).seq_length == 128
+    # a shape listed twice is still said so, not taken for two
+    assert problems({**MINIMAL, "selection": {"latency": {"shapes": ["1x128", "1x128"]}}}) == [
+        "selection.latency.shapes: 1x128 is listed twice"]
+
+
+def test_batch_size_and_seq_length_keep_their_front_beside_listed_shapes():
+    # a spec from before `shapes` (or one that names its front by the fields) keeps its front exactly
+    latency = latency_of({"batch_size": 8, "seq_length": 32, "shapes": ["1x128"]})
+    assert latency.front_shape.label == "8x32" and [s.label for s in latency.shapes] == ["1x128", "8x32"]
+    latency = latency_of({"seq_length": 128, "shapes": ["1x128"]})  # batch_size at its default
+    assert latency.front_shape.label == "32x128" and [s.label for s in latency.shapes] == ["1x128", "32x128"]
+    assert latency_of({}) == LatencyConfig() and LatencyConfig().front_shape.label == "32x64"
+    # a run's spec.json names all three: read back the same
+    spec = spec_from_dict({**MINIMAL, "selection": {"latency": {"shapes": ["1x128"]}}})
+    assert spec_from_dict(spec_to_dict(spec)) == spec
+
+
+def test_a_copy_cannot_make_the_fronts_names_disagree():
+    latency = LatencyConfig()
+    moved = latency.model_copy(update={"front_shape": "1x128"})
+    assert (moved.front_shape.label, moved.batch_size, moved.seq_length) == ("1x128", 1, 128)
+    moved = latency.model_copy(update={"batch_size": 1, "seq_length": 128})
+    assert moved.front_shape.label == "1x128" and [s.label for s in moved.shapes] == ["1x128", "32x64"]
+    moved = latency.model_copy(update={"seq_length": 32})
+    assert moved.front_shape.label == "32x32" and [s.label for s in moved.shapes] == ["1x128", "32x64", "32x32"]
+    with pytest.raises(ValidationError, match="is not one of selection.latency.shapes"):
+        latency.model_copy(update={"shapes": ["1x128"]})
+    plain = latency.model_copy(update={"accelerator_type": "A100"})  # any other field: a plain copy
+    assert plain.accelerator_type == "A100" and plain.front_shape == latency.front_shape
 
 
 def test_only_true_and_false_are_yaml_booleans():

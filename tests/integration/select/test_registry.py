@@ -35,7 +35,7 @@ from pipeline.select.registry import (
     version_tags,
 )
 from pipeline.training.export import save_student
-from tests.conftest import make_tiny_bert
+from tests.conftest import make_tiny_bert, variant, variants_of
 
 TASK = TaskInfo(name="sst2", num_labels=2, regression=False, label_names=("negative", "positive"))
 METADATA = {"teacher": "tiny-teacher", "data_fingerprint": "fp-1234"}
@@ -559,3 +559,79 @@ def test_the_champion_is_rescored_on_the_challengers_dev_set(store, tmp_path, ti
                                     new_run(client, experiment, "n2"), alpha=0.3))
     assert third.decision.moved and third.decision.version == "3"
     assert third.decision.reason.startswith("accuracy 1.0000 beats the champion's 0.0000 on this sweep's dev set")
+
+
+# ----------------------------------------------------------------------------------------------
+# runtime variants: the registry serves what was measured (issue #22, item 5)
+# ----------------------------------------------------------------------------------------------
+
+
+def test_the_champion_over_runtimes_is_registered_as_the_runtime_it_was_measured_in(store, tmp_path, tiny_tokenizer):
+    from pipeline.select.runtimes import build_variant
+
+    uri, client, experiment = store
+    a = stock_student(tmp_path / "a", tiny_tokenizer, seed=0)
+    b = custom_student(tmp_path / "b", tiny_tokenizer)
+    run_a, run_b = new_run(client, experiment, "kd"), new_run(client, experiment, "cofi")
+    rows = [trial("kd-s0", "kd", 0, 0.80, 4.0, a, run_a, alpha=0.5), trial("cofi-s0", "cofi", 0, 0.75, 2.0, b, run_b, sparsity=0.9)]
+    int8 = build_variant(a, "onnxruntime-int8", tmp_path / "variants" / "kd-s0")
+    table = variants_of([
+        variant("teacher", "torch", 0.85, 10.0, tmp_path / "teacher"),
+        variant("kd-s0", "torch", 0.80, 4.0, a), variant("kd-s0", "onnxruntime-int8", 0.81, 2.0, int8.path),
+        variant("cofi-s0", "torch", 0.75, 2.0, b),
+        # on the front (the fastest), but its file is gone: logged, not registered, the others go on
+        variant("cofi-s0", "onnxruntime-int8", 0.74, 1.0, tmp_path / "variants" / "cofi-s0" / "model.int8.onnx"),
+    ])
+    lines: list[str] = []
+    chosen = select(results_table.to_frame(rows), SelectionConfig())
+
+    def round_() -> object:
+        return register_front(uri, "students", chosen.front, chosen.champion, sweep="test-sweep", experiment_id=experiment,
+                              measurements={}, max_length=128, pair=False, budget=SelectionConfig(), log=lines.append,
+                              variants=table, configs=chosen.configs)
+
+    outcome = round_()
+    # the eager front as before (v1 cofi, v2 kd: by latency), then the variants' front: kd in int8 (it dominates
+    # kd eager and cofi eager) and cofi in int8 (faster), whose file is missing
+    assert outcome.versions == {chosen.front.iloc[0]["config_key"]: "1", chosen.front.iloc[1]["config_key"]: "2"}
+    assert outcome.variants == {"kd-s0/onnxruntime-int8": "3"}
+    assert any("cofi" in line and "onnxruntime-int8 not registered" in line and "missing" in line for line in lines), lines
+    assert outcome.decision.moved and outcome.decision.version == "3"
+    tags = client.get_model_version("students", "3").tags
+    assert {k: tags[k] for k in ("runtime", "shape", "device", "metric", "metric_fp32", "latency_ms", "flavor", "trial_id")} == {
+        "runtime": "onnxruntime-int8", "shape": "32x64", "device": "cpu", "metric": "0.81", "metric_fp32": "0.8",
+        "latency_ms": "2.0", "flavor": "onnx-pyfunc", "trial_id": "kd-s0"}
+    assert tags["variant_path"] == str(int8.path) and tags["latency_batch_size"] == "32" and "code_sha256" not in tags
+    assert client.get_model_version("students", "1").tags["runtime"] == "torch"
+    from pipeline.select.registry import registry_table_text
+
+    listed = registry_table_text(client, "students")
+    v3 = next(line for line in listed.splitlines() if line.count("│") > 5 and line.split("│")[1].strip() == "3")
+    assert "onnxruntime-int8" in v3 and "accuracy 0.8100 (this export)" in v3 and "cpu, 2 threads, batch 32 × 64" in v3
+
+    # again: nothing registered twice, the alias stays
+    again = round_()
+    assert again.variants == outcome.variants and not again.decision.moved
+    assert sorted(int(v.version) for v in client.search_model_versions("name = 'students'")) == [1, 2, 3]
+
+    # what a consumer of it gets, in a process without torch, transformers or drydock, and through
+    # `mlflow models serve`: tests/integration/select/test_onnx_champion.py (logged by the same log_onnx_variant)
+
+
+def test_variants_outside_the_budget_are_no_candidates(store, tmp_path, tiny_tokenizer):
+    uri, client, experiment = store
+    a = stock_student(tmp_path / "a", tiny_tokenizer, seed=0)
+    rows = [trial("kd-s0", "kd", 0, 0.80, 4.0, a, new_run(client, experiment, "kd"), alpha=0.5),
+            trial("kd-s1", "kd", 1, 0.70, 4.0, None, None, alpha=0.5)]
+    budget = SelectionConfig(max_latency_ms=3.0)
+    # the eager export is over the budget; its int8 variant within it would be the candidate, but
+    # kd-s1's is not a served export (its configuration serves kd-s0): never registered
+    table = variants_of([variant("kd-s0", "torch", 0.80, 4.0, a), variant("kd-s1", "torch", 0.70, 1.0, a)])
+    chosen = select(results_table.to_frame(rows), budget)
+    lines: list[str] = []
+    outcome = register_front(uri, "students", chosen.front, chosen.champion, sweep="test-sweep", experiment_id=experiment,
+                             measurements={}, max_length=128, pair=False, budget=budget, log=lines.append,
+                             variants=table, configs=chosen.configs)
+    assert outcome.variants == {} and outcome.decision is None
+    assert any("no runtime variant of a served export is within the budget" in line for line in lines), lines
+    assert client.get_registered_model("students").aliases == {}

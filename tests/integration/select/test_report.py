@@ -6,15 +6,18 @@ import argparse
 import json
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from methods.base import TaskInfo
 from pipeline import results as results_table
 from pipeline.cli.outputs import COMMANDS, add_commands
-from pipeline.config import LatencyConfig, spec_from_dict, spec_to_dict
+from pipeline.config import LatencyConfig, SelectionConfig, spec_from_dict, spec_to_dict
 from pipeline.errors import DrydockError
 from pipeline.select.latency import LatencyRecord, Measurement, save_record
-from pipeline.select.report import pareto_table_text, rebuild_report
+from pipeline.select.pareto import select
+from pipeline.select.report import ReportContext, pareto_figure, pareto_table_text, rebuild_report, write_report
+from pipeline.select.variants import INT8, TEACHER, typed
 from pipeline.training.export import save_student
 from tests.conftest import make_tiny_bert
 
@@ -163,3 +166,82 @@ def test_the_latency_line_names_the_nodes_and_the_untimed_seeds(sweep_dir):
             "Timed in parallel on 2 node(s) (gpu-n1, gpu-n2), the teacher on each (p50 10.00–10.40 ms); "
             "every speedup is against the teacher on the student's own node. One export per configuration was timed, "
             "the seed the registry serves (1 other seed(s) untimed; `selection.latency.all_seeds: true` times every seed).") in md
+
+
+# --- pareto.png with the runtimes (variants.parquet) -------------------------------------------
+
+NAN = float("nan")
+
+
+def eager_frame() -> pd.DataFrame:
+    rows = []
+    for name, alpha, metric, latency in (("s0", 0.5, 0.85, 4.0), ("s1", 0.9, 0.86, 4.2)):
+        row = results_table.trial_row(name, "kd", 0, {"alpha": alpha}, "finished",
+                                      {"metric": metric, "metric_name": "accuracy", "teacher_metric": 0.9,
+                                       "num_params": 50_000, "student_path": f"/nowhere/{name}"})
+        row.update(latency_ms=latency, latency_p90_ms=latency * 1.1, speedup=10.0 / latency)
+        rows.append(row)
+    return results_table.to_frame(rows)
+
+
+def variants_frame() -> pd.DataFrame:
+    """variants.parquet's columns at one shape (8x32): (trial, runtime, metric, p50, low, high, pareto[, error])."""
+    rows = [(TEACHER, "torch", 0.90, 10.0, 9.5, 10.6, None), (TEACHER, INT8, 0.89, 5.0, 4.8, 5.3, None),
+            ("s0", "torch", 0.85, 4.0, 3.8, 4.3, False), ("s0", INT8, 0.84, 2.0, 1.9, 2.2, True),
+            ("s1", "torch", 0.86, 4.1, 3.9, 4.4, True), ("s1", INT8, 0.83, 2.1, 2.0, 2.3, False),
+            ("s2", INT8, NAN, NAN, NAN, NAN, None, "RuntimeError: the exporter gave up")]
+    return typed(pd.DataFrame([
+        {"trial_id": r[0], "runtime": r[1], "metric_name": "accuracy", "metric": r[2], "latency_ms": r[3],
+         "latency_low_ms": r[4], "latency_high_ms": r[5], "pareto": r[6], "error": r[7] if len(r) > 7 else None,
+         "front_shape": "8x32", "device": "cpu", "threads": 2, "size_bytes": 1000} for r in rows]))
+
+
+def series(ax) -> dict:
+    """Each errorbar series of a panel by its label: (x, y, the ends of its x bars flattened, marker)."""
+    out = {}
+    for container in ax.containers:
+        line, _, bars = container.lines
+        ends = [x for segment in bars[0].get_segments() for x in (segment[0][0], segment[1][0])] if bars else []
+        out[container.get_label()] = (list(line.get_xdata()), list(line.get_ydata()), ends, line.get_marker())
+    return out
+
+
+def test_pareto_png_draws_each_runtime_as_its_own_series_beside_the_eager_panel():
+    frame, table = eager_frame(), variants_frame()
+    ctx = ReportContext(sweep="demo", selection=SelectionConfig(max_latency_ms=3.0), variants=table)
+    fig = pareto_figure(select(frame, ctx.selection), frame, ctx)
+    eager, runtimes = fig.axes
+    assert tuple(fig.get_size_inches()) == (15, 5.5) and eager.get_shared_y_axes().joined(eager, runtimes)
+    assert {t.get_text() for t in eager.get_legend().get_texts()} == {
+        "kd", "Pareto front", "teacher (latency not measured)", "latency budget"}  # as without variants
+    assert {t.get_text() for t in runtimes.get_legend().get_texts()} == {
+        "torch", INT8, "variant front", f"{TEACHER} · torch", f"{TEACHER} · {INT8}", "latency budget"}
+
+    drawn = series(runtimes)
+    assert set(drawn) == {"torch", INT8, f"{TEACHER} · torch", f"{TEACHER} · {INT8}"}
+    for label, trials, runtime in (("torch", ["s0", "s1"], "torch"), (INT8, ["s0", "s1"], INT8),  # s2's int8 failed
+                                   (f"{TEACHER} · torch", [TEACHER], "torch"), (f"{TEACHER} · {INT8}", [TEACHER], INT8)):
+        rows = table[table["trial_id"].isin(trials) & (table["runtime"] == runtime)]
+        x, y, ends, _ = drawn[label]
+        assert x == list(rows["latency_ms"]) and y == list(rows["metric"])
+        interval = [x for low, high in zip(rows["latency_low_ms"], rows["latency_high_ms"]) for x in (low, high)]
+        assert ends == pytest.approx(interval)  # the ~95% interval: low, high of each point
+    assert [drawn[label][3] for label in ("torch", INT8)] == ["o", "s"]
+    assert {drawn[f"{TEACHER} · {runtime}"][3] for runtime in ("torch", INT8)} == {"*"}
+    (front,) = [line for line in runtimes.get_lines() if line.get_label() == "variant front"]
+    assert list(front.get_xdata()) == [2.0, 4.1] and list(front.get_ydata()) == [0.84, 0.86]  # s0/int8, s1/torch
+    assert "8x32" in runtimes.get_xlabel() and "cpu, 2 threads" in runtimes.get_xlabel()
+
+    # without variants: the eager panel alone, as before
+    alone = pareto_figure(select(frame, ctx.selection), frame, ReportContext(sweep="demo", selection=ctx.selection))
+    assert len(alone.axes) == 1 and tuple(alone.get_size_inches()) == (8, 5.5)
+    assert [c.get_label() for c in alone.axes[0].containers] == ["kd"]
+
+
+def test_the_report_with_variants_writes_the_wider_plot(tmp_path):
+    from matplotlib.image import imread
+
+    frame = eager_frame()
+    files = write_report(tmp_path, frame, ReportContext(sweep="demo", selection=SelectionConfig(), variants=variants_frame()))
+    assert imread(files.plot).shape[:2] == (660, 1800)  # 15 × 5.5 in at 120 dpi
+    assert "## Runtimes" in files.markdown.read_text()

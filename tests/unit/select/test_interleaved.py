@@ -9,6 +9,7 @@ import itertools
 import json
 import time
 from collections.abc import Callable
+from types import SimpleNamespace
 
 import pytest
 
@@ -172,6 +173,21 @@ def test_min_rounds_and_min_seconds_are_respected():
     # 3 units a round, 30 units at least: exactly 10 rounds
     result = measure_interleaved(runners, "b", settings(min_rounds=3, min_seconds=30 * UNIT), clock=clock)
     assert result.rounds == 10 and result.stable
+
+
+def test_a_per_runner_window_grows_with_the_runners():
+    clock = FakeClock()
+    runners = {n: fake_runner(clock, lambda k: UNIT) for n in "abc"}
+    # 3 units a round; 10 units per runner: 30 units, 10 rounds (a shared window would stop at 4)
+    result = measure_interleaved(runners, "a", settings(min_rounds=3, min_seconds=10 * UNIT, per_runner=True), clock=clock)
+    assert result.rounds == 10
+    assert measure_interleaved(runners, "a", settings(min_rounds=3, min_seconds=10 * UNIT), clock=clock).rounds == 4
+    noisy = [1, 8, 2, 4]
+    runners["b"] = fake_runner(clock, lambda k: noisy[k % 4] * UNIT)  # never settles: the cap ends it, 3 × 0.5 s
+    capped = measure_interleaved(runners, "a", settings(min_seconds=0.1, max_seconds=0.5, per_runner=True), clock=clock)
+    assert not capped.stable and 1.5 <= capped.seconds < 1.5 + 0.02
+    latency = SimpleNamespace(warmup=1, min_runs=10, min_seconds=2.0)
+    assert InterleaveSettings.from_latency(latency).per_runner and InterleaveSettings.from_latency(latency).window(4) == (8.0, 40.0)
 
 
 def test_max_seconds_caps_a_runner_that_never_settles():

@@ -14,6 +14,8 @@ from pipeline.cli.outputs import COMMANDS, add_commands
 from pipeline.config import LatencyConfig, spec_from_dict, spec_to_dict
 from pipeline.select.latency import LatencyRecord, Measurement, save_record
 from pipeline.select.report import rebuild_report
+from pipeline.select.variants import variants_path, write_variants
+from tests.conftest import variant, variants_of
 
 NAMES = ("report.md", "report.html", "pareto.png", "pareto.csv")
 SETTINGS = LatencyConfig(batch_size=8, seq_length=32)
@@ -120,6 +122,11 @@ def test_the_select_stage_writes_into_the_runs_folder_and_copies_to_the_top_leve
     before = {name: (sweep_dir / "runs" / "r1" / name).read_bytes() for name in (*NAMES, "latency.json")}
     start_run(sweep_dir, "r2", metric=0.71, teacher_p50=20.0)
     (sweep_dir / "runs" / "r2" / "latency.json").unlink()  # the select stage writes it
+    # r1 had built runtime variants (its copy at the top); r2 builds none
+    old_variants = variants_of([variant("teacher", "torch", 0.9, 10.0, "/nowhere/teacher"),
+                                variant("finetune-s0", "onnxruntime-int8", 0.6, 2.0, "/nowhere/model.int8.onnx")])
+    for folder in (sweep_dir, sweep_dir / "runs" / "r1"):
+        write_variants(variants_path(folder), old_variants)
     tracker, messages = FakeTracker(), []
     select_stage(SPEC, tmp_path, sweep_dir, tracker, None, messages.append)  # no student folder: nothing timed
 
@@ -131,3 +138,9 @@ def test_the_select_stage_writes_into_the_runs_folder_and_copies_to_the_top_leve
     assert "0.7150" in (sweep_dir / "report.md").read_text()
     assert {p.parent for p in tracker.artifacts if p.name != results_table.RESULTS_FILE} == {run_dir}
     assert not [p for p in sweep_dir.iterdir() if p.name.startswith(".")]  # no temporary copy left
+    # the top level holds r2's set: no variants, so not r1's either; r1 keeps its own
+    assert not variants_path(sweep_dir).exists() and variants_path(sweep_dir / "runs" / "r1").is_file()
+    assert "Runtimes" not in (sweep_dir / "report.md").read_text()
+    write_variants(variants_path(sweep_dir), old_variants)  # a copy left by an older drydock: still not r2's
+    assert "Runtimes" not in rebuild_report(sweep_dir).markdown.read_text()
+    assert "Runtimes" in rebuild_report(sweep_dir / "runs" / "r1").markdown.read_text()

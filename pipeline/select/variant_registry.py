@@ -1,0 +1,183 @@
+"""The registry serves what was measured (issue #22, item 5): runtime variants as model versions.
+
+With runtime variants built (`pipeline.select.variant_stage`, variants.parquet), the model a
+consumer loads must be the one the front and the champion were chosen on: an int8 student chosen
+for its ONNX Runtime latency and its int8 accuracy must not be served as eager fp32. So, after
+the eager front is registered (`pipeline.select.registry.register_front`):
+
+- the candidates are the variants of the exports the registry serves (each configuration's best
+  seed, `best_trial_id`): the variants table's front and champion are marked again on those rows
+  only, under the sweep's budget (`variants.variant_front`, `variants.variant_champion`); with
+  `selection.latency.all_seeds` the table also holds other seeds, which are never registered;
+- each variant on that front is a version: a `torch` one is its configuration's eager version
+  (registered by `register_config` when its configuration is off the eager front); an ONNX
+  Runtime one is logged as `pipeline/select/onnx_pyfunc.py`, a model from code that needs only
+  onnxruntime, tokenizers, numpy, pandas and mlflow in the consumer's process (no torch, no
+  transformers, no drydock), with the `.onnx` file, the student's `tokenizer.json` and its
+  `config.json` (label names) as artifacts;
+- every version says what it runs and where its figures were measured: the tags `runtime`,
+  `shape` (the front's, `<batch>x<length>`) and `device`; an ONNX version's `metric`,
+  `latency_ms`, `latency_p90_ms` and `speedup` are its own (the variant's dev-set score and its
+  interleaved timing at the front's shape), with `metric_fp32` (the same export's eager score,
+  measured the same way) beside them, and its `variant_path`, `size_bytes` and
+  `parity_max_abs_diff`;
+- the alias is offered to the variants' champion (the most accurate variant on the front within
+  the budget; a latency difference inside the intervals never decides), under the same policy as
+  any candidate (`pipeline.select.champion`: it must beat the current champion on the same data).
+
+A custom architecture (CoFi's pruned BERT) needs no custom code as ONNX: the graph is the
+architecture, so its ONNX versions carry no `code_sha256`.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import mlflow
+import pandas as pd
+from mlflow.entities.model_registry import ModelVersion
+
+from pipeline.config import SelectionConfig
+from pipeline.errors import DrydockError
+from pipeline.select.registry import (
+    DEVICE_TAG,
+    EAGER_RUNTIME,
+    PAIR_EXAMPLE,
+    RUNTIME_TAG,
+    SHAPE_TAG,
+    SINGLE_EXAMPLE,
+    Registration,
+    RegistryOutcome,
+    _tag,
+    find_version,
+    keeps_ending,
+    register,
+    register_config,
+)
+from pipeline.select.variants import runner_name, variant_champion, variant_front
+
+ONNX_PYFUNC_MODULE = Path(__file__).with_name("onnx_pyfunc.py")
+TOKENIZER_FILE = "tokenizer.json"  # a fast tokenizer's whole definition: what the ONNX pyfunc tokenizes with
+
+
+def onnx_pip_requirements() -> list[str]:
+    """What an ONNX version's consumer installs: no torch, no transformers."""
+    from importlib.metadata import version
+
+    return [f"mlflow=={mlflow.__version__}", f"onnxruntime=={version('onnxruntime')}", f"tokenizers=={version('tokenizers')}",
+            "numpy", "pandas"]
+
+
+def log_onnx_variant(onnx_file: Path, folder: Path, run_id: str, runtime: str, *, max_length: int | None,
+                     pair: bool = False, batch_size: int | None = None) -> str:
+    """Log the ONNX file with the student folder's tokenizer and config as an ONNX pyfunc model of
+    the trial's run; returns its model URI. Needs `tracking(uri)` around it. `max_length`: what
+    texts are truncated to (without it a long text overruns the position table); `batch_size`:
+    rows per session call in the consumer (the pyfunc's default, 32, when None)."""
+    artifacts = {"onnx": Path(onnx_file), "tokenizer": Path(folder) / TOKENIZER_FILE, "config": Path(folder) / "config.json"}
+    for role, path in artifacts.items():
+        if not path.is_file():
+            raise DrydockError(f"{path}: missing; an ONNX version ships the {role} file beside the graph"
+                               + (" (the student was saved without a fast tokenizer)" if role == "tokenizer" else ""))
+    model_config = {"max_length": max_length} if max_length else {}
+    if batch_size:
+        model_config["batch_size"] = batch_size
+    with keeps_ending(run_id), mlflow.start_run(run_id=run_id):
+        info = mlflow.pyfunc.log_model(
+            name=f"model-{runtime}", python_model=str(ONNX_PYFUNC_MODULE),
+            artifacts={role: str(path) for role, path in artifacts.items()}, model_config=model_config,
+            input_example=PAIR_EXAMPLE if pair else SINGLE_EXAMPLE, pip_requirements=onnx_pip_requirements(),
+        )
+    return info.model_uri
+
+
+def served_front(variants: pd.DataFrame, configs: pd.DataFrame, budget: SelectionConfig | None) -> pd.DataFrame:
+    """The variants of the exports the registry serves (each configuration's `best_trial_id`),
+    their front marked again among themselves under `budget`."""
+    served = set(configs["best_trial_id"].astype(str))
+    rows = variants[variants["trial_id"].astype(str).isin(served)]
+    budget = budget or SelectionConfig()
+    return variant_front(rows, size_objective=budget.size_objective, max_latency_ms=budget.max_latency_ms,
+                         min_speedup=budget.min_speedup)
+
+
+def variant_tags(base: dict[str, str], row: pd.Series, fp32_metric: float | None) -> dict[str, str]:
+    """An ONNX version's tags: its configuration's (`version_tags`), its own figures over them."""
+    # not the configuration's seed spread (the metric is this export's), nor custom code (the graph is the architecture)
+    dropped = ("code_sha256", "latency_device", "latency_threads", "metric_std", "metric_n")
+    tags = {k: v for k, v in base.items() if k not in dropped}
+    own = {
+        RUNTIME_TAG: row["runtime"], SHAPE_TAG: row["front_shape"], DEVICE_TAG: row["device"],
+        "metric": row["metric"], "metric_this_seed": row["metric"], "metric_fp32": fp32_metric,
+        "latency_ms": row["latency_ms"], "latency_p90_ms": row["latency_p90_ms"], "latency_low_ms": row["latency_low_ms"],
+        "latency_high_ms": row["latency_high_ms"], "speedup": row["speedup"],
+        "speedup_same_runtime": row["speedup_same_runtime"], "latency_threads": row["threads"],
+        "size_bytes": row["size_bytes"], "parity_max_abs_diff": row["parity_max_abs_diff"], "variant_path": row["path"],
+    }
+    batch, _, length = str(row["front_shape"]).partition("x")
+    own.update({"latency_batch_size": batch, "latency_seq_length": length})
+    tags.update({k: _tag(None if _absent(v) else v) for k, v in own.items()})
+    return {k: v for k, v in tags.items() if v != ""}
+
+
+def _absent(value: object) -> bool:
+    return value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value))
+
+
+def register_variant(reg: Registration, config: pd.Series, row: pd.Series, variants: pd.DataFrame,
+                     outcome: RegistryOutcome) -> str | None:
+    """One variant of a served export as a version (once): the eager one for `torch`, an ONNX
+    pyfunc model otherwise. None when it cannot be (said in the log; the others go on)."""
+    runtime = str(row["runtime"])
+    if runtime == EAGER_RUNTIME:
+        eager = outcome.versions.get(config["config_key"]) or register_config(reg, config)
+        if eager is not None:  # the eager version says which shape and device the variants were timed at too
+            outcome.versions[config["config_key"]] = eager
+            reg.client.set_model_version_tag(reg.name, eager, SHAPE_TAG, str(row["front_shape"]))
+            reg.client.set_model_version_tag(reg.name, eager, DEVICE_TAG, str(row["device"]))
+        return eager
+    folder = reg.localize(str(config["best_student_path"]))
+    same = variants[(variants["trial_id"] == row["trial_id"]) & (variants["runtime"] == EAGER_RUNTIME)]["metric"].dropna()
+    tags = variant_tags(reg.tags_of(config, folder), row, float(same.iloc[0]) if len(same) else None)
+    existing = find_version(reg.client, reg.name, str(config["best_student_path"]), runtime)
+    if existing is not None:  # this export in this runtime is one model, whichever run rebuilt its file
+        for key, value in tags.items():
+            reg.client.set_model_version_tag(reg.name, existing.version, key, value)
+        return str(existing.version)
+    try:
+        onnx_file = reg.localize(str(row["path"]))
+        model_uri = log_onnx_variant(onnx_file, folder, reg.run_of(config), runtime, max_length=reg.max_length, pair=reg.pair)
+    except Exception as e:  # noqa: BLE001 - one variant that cannot be logged must not stop the others or the eager ones
+        reg.log(f"registry: {config['config']} in {runtime} not registered ({type(e).__name__}: {e})")
+        return None
+    tags["flavor"] = "onnx-pyfunc"
+    description = (f"{config['config']} in {runtime}: {row['metric_name']} {row['metric']:.4f} on the dev set, "
+                   f"{row['latency_ms']:.2f} ms p50 at {row['front_shape']} ({row['device']}, {row['threads']} threads)")
+    version: ModelVersion = register(reg.client, reg.name, model_uri, tags, description)
+    reg.log(f"registry: {reg.name} v{version.version} ← {config['config']} in {runtime} (ONNX pyfunc)")
+    return str(version.version)
+
+
+def register_variant_front(reg: Registration, variants: pd.DataFrame, configs: pd.DataFrame, budget: SelectionConfig | None,
+                           outcome: RegistryOutcome) -> str | None:
+    """Register the front over (served export, runtime); returns the version of its champion
+    (`variant_champion`), the alias's candidate, or None when no variant qualifies or the
+    champion's could not be registered."""
+    marked = served_front(variants, configs, budget)
+    by_trial = {str(c["best_trial_id"]): c for _, c in configs.iterrows()}
+    for _, row in marked[marked["pareto"].fillna(False).astype(bool)].iterrows():
+        version = register_variant(reg, by_trial[str(row["trial_id"])], row, variants, outcome)
+        if version is not None:
+            outcome.variants[runner_name(str(row["trial_id"]), str(row["runtime"]))] = version
+    budget = budget or SelectionConfig()
+    champion = variant_champion(marked, size_objective=budget.size_objective, max_latency_ms=budget.max_latency_ms,
+                                min_speedup=budget.min_speedup)
+    if champion is None:
+        return None
+    key = runner_name(str(champion["trial_id"]), str(champion["runtime"]))
+    if key not in outcome.variants:
+        reg.log(f"registry: the champion candidate {key} has no registered version; the alias is left alone")
+        return None
+    reg.log(f"registry: the champion candidate is {key} (the most accurate variant on the front over runtimes)")
+    return outcome.variants[key]
