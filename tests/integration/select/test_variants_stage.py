@@ -62,7 +62,8 @@ def test_variants_of_the_teacher_and_the_students(tmp_path, tiny_tokenizer, monk
     results_table.write(sweep_dir / results_table.RESULTS_FILE, results_table.to_frame(trials))
     (sweep_dir / "state.json").write_text(json.dumps({"run_id": "r1"}))
     monkeypatch.setattr(stage, "judging", lambda *a: (None, None))  # the registry is not what this test is about
-    monkeypatch.setattr(stage, "register_front", lambda *a, **k: SimpleNamespace(decision=None))
+    registered: dict = {}  # what the registry was handed (its own tests: test_registry, test_onnx_champion)
+    monkeypatch.setattr(stage, "register_front", lambda *a, **k: registered.update(k) or SimpleNamespace(decision=None))
     tracker = FakeTracker()
     frame = stage.select_stage(SPEC, tmp_path, sweep_dir, tracker, teacher, messages.append)
 
@@ -71,6 +72,9 @@ def test_variants_of_the_teacher_and_the_students(tmp_path, tiny_tokenizer, monk
     table = read_variants(run_dir / "variants.parquet")
     assert len(table) == 8 and (sweep_dir / "variants.parquet").read_bytes() == (run_dir / "variants.parquet").read_bytes()
     assert run_dir / "variants.parquet" in tracker.artifacts
+    # the registry gets the variants to serve what was measured, and every configuration to tag them with
+    pd.testing.assert_frame_equal(registered["variants"], table)
+    assert set(registered["configs"]["best_trial_id"]) == {"s0", "s1", "s2"}
     rows = table.set_index(["trial_id", "runtime"])
     assert set(rows.index) == {(m, rt) for m in (TEACHER, "s0", "s1", "s2") for rt in ("torch", INT8)}
 
