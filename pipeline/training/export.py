@@ -182,6 +182,9 @@ class Verifier:
         return line.strip()
 
     def logits(self, folder: Path, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        # absolute: the fresh process runs in its own temporary directory, where a relative
+        # `out/student` (`drydock train --output out`) names nothing and reads as a hub repository id
+        folder = Path(folder).absolute()
         try:
             trust = remote_code(folder)  # checked here, before the fresh process imports any of it
         except DrydockError as e:

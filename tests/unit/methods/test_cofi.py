@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -355,7 +356,7 @@ def test_loss_refuses_parameters_rebuilt_after_the_optimizer_was_built():
         other.loss(make_batch(batch_size=2, seq_len=8), Progress(6, 9, "finetune", 1, 3))
 
 
-def test_export_before_and_after_surgery_matches_eval_model_and_reloads(tmp_path, tiny_tokenizer):
+def test_export_before_and_after_surgery_matches_eval_model_and_reloads(tmp_path, tiny_tokenizer, monkeypatch):
     from pipeline.training.export import reload_logits_in_fresh_process, save_student
 
     method = make_cofi()
@@ -376,6 +377,8 @@ def test_export_before_and_after_surgery_matches_eval_model_and_reloads(tmp_path
     assert config["auto_map"]["AutoModelForSequenceClassification"] == "_pruned_bert.PrunedBertForSequenceClassification"
     assert (folder / "_pruned_bert.py").is_file()  # the architecture travels with the weights
     assert config["id2label"] == {"0": "neg", "1": "pos"}
-    # a fresh interpreter in which `methods` and `pipeline` cannot be imported
-    got = reload_logits_in_fresh_process(folder, batch)
+    # a fresh interpreter in which `methods` and `pipeline` cannot be imported; given the folder as
+    # `drydock train --output out/x` gives it: relative to this process's directory, not the verifier's
+    monkeypatch.chdir(tmp_path)
+    got = reload_logits_in_fresh_process(Path("cofi"), batch)
     torch.testing.assert_close(got, _eval_logits(method, batch), atol=1e-5, rtol=1e-5)
