@@ -161,15 +161,18 @@ def log_student(
     pair: bool = False,
     flavor: Flavor = "auto",
     log: Callable[[str], None] = print,
+    runtime: dict[str, str] | None = None,
 ) -> tuple[str, str]:
     """Log the student folder as a model of the run; returns (model URI, flavor used).
-    Needs `tracking(uri)` around it.
+    Needs `tracking(uri)` around it. `runtime`: the student pyfunc's `dtype` / `device` (a
+    half-precision variant), which only the pyfunc flavor carries.
 
     The flavors log to the active run, so the trial's (ended) run is resumed; ending it again
     would stamp it with today's end time and make the trial look as long as the sweep, so its
     original status and end time are put back (`set_terminated(..., end_time=...)`)."""
     with keeps_ending(run_id):
-        return _log_student(folder, run_id, max_length=max_length, pair=pair, flavor=flavor, log=log)
+        return _log_student(folder, run_id, max_length=max_length, pair=pair, flavor="pyfunc" if runtime else flavor, log=log,
+                            runtime=runtime)
 
 
 @contextmanager
@@ -186,7 +189,7 @@ def keeps_ending(run_id: str) -> Iterator[None]:
 
 
 def _log_student(folder: Path, run_id: str, *, max_length: int | None, pair: bool, flavor: Flavor,
-                 log: Callable[[str], None]) -> tuple[str, str]:
+                 log: Callable[[str], None], runtime: dict[str, str] | None = None) -> tuple[str, str]:
     custom = remote_code(folder)  # code that is not the recorded code stops here, before anything imports it
     if custom and flavor == "transformers":
         raise DrydockError(f"{folder}: ships custom model code, which MLflow's transformers flavor would load with "
@@ -217,6 +220,7 @@ def _log_student(folder: Path, run_id: str, *, max_length: int | None, pair: boo
                 _log_card(card, info.model_id, run_id)
                 return info.model_uri, "transformers"
         model_config: dict[str, Any] = {"max_length": max_length} if max_length else {}
+        model_config.update(runtime or {})
         if code:  # what the pyfunc checks the folder against in the consumer's process
             model_config.update({CODE_FILES_KEY: code, CODE_DIGEST_KEY: combined_digest(code)})
         info = mlflow.pyfunc.log_model(
@@ -251,12 +255,14 @@ def versions(client: MlflowClient, name: str) -> list[ModelVersion]:
     return sorted(found, key=lambda v: int(v.version))
 
 
-def find_version(client: MlflowClient, name: str, student_path: str, runtime: str = EAGER_RUNTIME) -> ModelVersion | None:
-    """The version already holding this exact export in this runtime: re-running a stage must not
-    duplicate it. A version without a `runtime` tag (registered before runtimes existed) is the
-    eager one."""
+def find_version(client: MlflowClient, name: str, student_path: str, runtime: str = EAGER_RUNTIME,
+                 same: dict[str, str] | None = None) -> ModelVersion | None:
+    """The version already holding this exact export in this runtime (and with these `same` tags:
+    an ONNX file's digest): re-running a stage must not duplicate it. A version without a
+    `runtime` tag (registered before runtimes existed) is the eager one."""
     for v in versions(client, name):
-        if v.tags.get("student_path") == str(student_path) and v.tags.get(RUNTIME_TAG, EAGER_RUNTIME) == runtime:
+        if (v.tags.get("student_path") == str(student_path) and v.tags.get(RUNTIME_TAG, EAGER_RUNTIME) == runtime
+                and all(v.tags.get(k) == value for k, value in (same or {}).items())):
             return v
     return None
 
@@ -567,9 +573,8 @@ def register_front(
                 outcome.versions[config["config_key"]] = registered
         candidate: str | None = None
         if variants is not None and configs is not None:
-            candidate = register_variant_front(reg, variants, configs, budget, outcome)
-            if candidate is None:
-                log(f"registry: no runtime variant of a served export is within the budget; the {CHAMPION} alias has no candidate")
+            candidate, why = register_variant_front(reg, variants, configs, budget, outcome)
+            log(f"registry: {why}" + ("" if candidate is not None else f"; the {CHAMPION} alias has no candidate"))
         elif champion is not None and champion["config_key"] not in outcome.versions:
             log(f"registry: the champion candidate {champion['config']} has no registered version; "
                 f"the {CHAMPION} alias is left alone")

@@ -192,7 +192,7 @@ def source_digest(folder: Path) -> str:
         raise DrydockError(f"{folder}: not a saved model folder (no config.json)")
     total = hashlib.sha256()
     for path in files:
-        total.update(f"{path.relative_to(folder).as_posix()}\0{_file_sha256(path)}\n".encode())
+        total.update(f"{path.relative_to(folder).as_posix()}\0{file_sha256(path)}\n".encode())
     return total.hexdigest()
 
 
@@ -268,7 +268,7 @@ def build_variant(folder: Path, runtime: str, out_dir: Path, *, seq_length_hint:
     if runtime == ORT:
         return _onnx_variant(ORT, fp32, folder, digest, reused)
     int8 = out_dir / INT8_FILE
-    int8_recipe = {**recipe, "onnxruntime": _version("onnxruntime"), "weights": "QInt8 per-channel", "from": _file_sha256(fp32)}
+    int8_recipe = {**recipe, "onnxruntime": _version("onnxruntime"), "weights": "QInt8 per-channel", "from": file_sha256(fp32)}
     reused = _fresh(int8, digest, int8_recipe)
     if not reused:
         _quantize(fp32, int8)
@@ -400,7 +400,7 @@ def _stamp_path(path: Path) -> Path:
 
 
 def _write_stamp(path: Path, digest: str, recipe: dict[str, Any]) -> None:
-    stamp = {"source_digest": digest, "recipe": recipe, "sha256": _file_sha256(path)}
+    stamp = {"source_digest": digest, "recipe": recipe, "sha256": file_sha256(path)}
     with _atomic(_stamp_path(path)) as tmp:
         tmp.write_text(json.dumps(stamp, indent=2, sort_keys=True))
 
@@ -416,7 +416,7 @@ def _fresh(path: Path, digest: str, recipe: dict[str, Any]) -> bool:
         return False
     return (
         isinstance(stamp, dict) and stamp.get("source_digest") == digest and stamp.get("recipe") == recipe
-        and stamp.get("sha256") == _file_sha256(path)
+        and stamp.get("sha256") == file_sha256(path)
     )
 
 
@@ -437,7 +437,7 @@ def onnx_files(path: Path) -> list[Path]:
     return [path, *(path.parent / name for name in sorted(external))]
 
 
-def _file_sha256(path: Path) -> str:
+def file_sha256(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):

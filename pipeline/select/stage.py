@@ -209,7 +209,8 @@ def select_stage(
                 "drydock.champion_version": outcome.decision.version or "",
                 "drydock.champion_decision": outcome.decision.reason,
             })
-    if chosen.champion is None and len(chosen.configs):
+    # with variants the registry chose among them and said so (a variant may be within the budget)
+    if chosen.champion is None and len(chosen.configs) and variants is None:
         log("select: no Pareto configuration's registered seed meets the latency budget; the champion alias is left alone")
     return frame
 

@@ -12,6 +12,11 @@ transformers imports anything; a stock architecture loads with `trust_remote_cod
 consumer can hold the model to the registry version's `code_sha256` tag by passing it:
 `mlflow.pyfunc.load_model(uri, model_config={"code_sha256": tag})` (`drydock eval` does).
 
+Half precision (the `torch-fp16` / `torch-bf16` runtime variants the registry serves): the model
+config's `dtype` ("float16" or "bfloat16") casts the model as the select stage timed it, and
+`device` ("cuda", "cuda:1", ...) puts it there; a cuda device on a machine without one falls back to
+the CPU with a warning, so the model still answers. Without them: fp32 on the CPU, as before.
+
 Input: a list of texts, a list of `{"text": ..., "text_pair": ...}` dicts (pair tasks), or a
 DataFrame with a `text` (and `text_pair`) column or a single unnamed text column.
 Output: a DataFrame with `label` and `score`, as the transformers flavor returns: the label name
@@ -117,7 +122,17 @@ class StudentTextClassifier(PythonModel):
         folder = context.artifacts["student"]
         config = context.model_config or {}
         trust = check_code(folder, config.get("code_files"), config.get("code_sha256"))  # before anything imports it
-        self.model = AutoModelForSequenceClassification.from_pretrained(folder, trust_remote_code=trust).eval()
+        import torch
+
+        dtype = getattr(torch, str(config["dtype"])) if config.get("dtype") else None
+        self.device = str(config.get("device") or "cpu")
+        if self.device.startswith("cuda") and not torch.cuda.is_available():
+            import warnings
+
+            warnings.warn(f"this model was timed on {self.device}, which this machine does not have: it runs on the CPU", stacklevel=2)
+            self.device = "cpu"
+        model = AutoModelForSequenceClassification.from_pretrained(folder, trust_remote_code=trust).eval()
+        self.model = (model.to(dtype) if dtype is not None else model).to(self.device)
         self.tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=trust)  # it reads config.json too
         self.max_length = config.get("max_length")
         self.batch_size = int(config.get("batch_size", 32))
@@ -136,7 +151,7 @@ class StudentTextClassifier(PythonModel):
             encoded = self.tokenizer(firsts, pairs, padding=True, truncation=self.max_length is not None,
                                      max_length=self.max_length, return_tensors="pt")
             with torch.inference_mode():
-                logits = self.model(**encoded).logits.float()
+                logits = self.model(**encoded.to(self.device)).logits.float().cpu()
             if getattr(config, "problem_type", None) == "regression":
                 labels += [config.id2label.get(0, "LABEL_0")] * len(chunk)
                 scores += logits[:, 0].tolist()

@@ -52,21 +52,30 @@ from pipeline.select.registry import (
     _tag,
     find_version,
     keeps_ending,
+    log_student,
     register,
     register_config,
 )
+from pipeline.select.runtimes import HALF_RUNTIMES, TORCH_DTYPES, file_sha256
 from pipeline.select.variants import runner_name, variant_champion, variant_front
 
 ONNX_PYFUNC_MODULE = Path(__file__).with_name("onnx_pyfunc.py")
 TOKENIZER_FILE = "tokenizer.json"  # a fast tokenizer's whole definition: what the ONNX pyfunc tokenizes with
+DIGEST_TAG = "variant_sha256"  # an ONNX version's file content: a rebuilt, different file is a new version
 
 
 def onnx_pip_requirements() -> list[str]:
     """What an ONNX version's consumer installs: no torch, no transformers."""
-    from importlib.metadata import version
+    from importlib.metadata import PackageNotFoundError, version
 
-    return [f"mlflow=={mlflow.__version__}", f"onnxruntime=={version('onnxruntime')}", f"tokenizers=={version('tokenizers')}",
-            "numpy", "pandas"]
+    runtime = "onnxruntime"
+    for dist in ("onnxruntime", "onnxruntime-gpu"):  # the GPU build is its own distribution, same module
+        try:
+            runtime = f"{dist}=={version(dist)}"
+            break
+        except PackageNotFoundError:
+            continue
+    return [f"mlflow=={mlflow.__version__}", runtime, f"tokenizers=={version('tokenizers')}", "numpy", "pandas"]
 
 
 def log_onnx_variant(onnx_file: Path, folder: Path, run_id: str, runtime: str, *, max_length: int | None,
@@ -103,9 +112,12 @@ def served_front(variants: pd.DataFrame, configs: pd.DataFrame, budget: Selectio
 
 
 def variant_tags(base: dict[str, str], row: pd.Series, fp32_metric: float | None) -> dict[str, str]:
-    """An ONNX version's tags: its configuration's (`version_tags`), its own figures over them."""
-    # not the configuration's seed spread (the metric is this export's), nor custom code (the graph is the architecture)
-    dropped = ("code_sha256", "latency_device", "latency_threads", "metric_std", "metric_n")
+    """A variant version's tags: its configuration's (`version_tags`), its own figures over them."""
+    # not the configuration's seed spread (the metric is this export's), nor, for ONNX, custom
+    # code (the graph is the architecture; a half-precision version loads the folder's code)
+    dropped = {"latency_device", "latency_threads", "metric_std", "metric_n"}
+    if str(row["runtime"]) not in HALF_RUNTIMES:
+        dropped.add("code_sha256")
     tags = {k: v for k, v in base.items() if k not in dropped}
     own = {
         RUNTIME_TAG: row["runtime"], SHAPE_TAG: row["front_shape"], DEVICE_TAG: row["device"],
@@ -127,8 +139,9 @@ def _absent(value: object) -> bool:
 
 def register_variant(reg: Registration, config: pd.Series, row: pd.Series, variants: pd.DataFrame,
                      outcome: RegistryOutcome) -> str | None:
-    """One variant of a served export as a version (once): the eager one for `torch`, an ONNX
-    pyfunc model otherwise. None when it cannot be (said in the log; the others go on)."""
+    """One variant of a served export as a version (once): the eager one for `torch`, the student
+    pyfunc cast to the variant's dtype for `torch-fp16` / `torch-bf16`, an ONNX pyfunc model for
+    ONNX Runtime. None when it cannot be (said in the log; the others go on)."""
     runtime = str(row["runtime"])
     if runtime == EAGER_RUNTIME:
         eager = outcome.versions.get(config["config_key"]) or register_config(reg, config)
@@ -139,31 +152,41 @@ def register_variant(reg: Registration, config: pd.Series, row: pd.Series, varia
         return eager
     folder = reg.localize(str(config["best_student_path"]))
     same = variants[(variants["trial_id"] == row["trial_id"]) & (variants["runtime"] == EAGER_RUNTIME)]["metric"].dropna()
-    tags = variant_tags(reg.tags_of(config, folder), row, float(same.iloc[0]) if len(same) else None)
-    existing = find_version(reg.client, reg.name, str(config["best_student_path"]), runtime)
-    if existing is not None:  # this export in this runtime is one model, whichever run rebuilt its file
-        for key, value in tags.items():
-            reg.client.set_model_version_tag(reg.name, existing.version, key, value)
-        return str(existing.version)
     try:
-        onnx_file = reg.localize(str(row["path"]))
-        model_uri = log_onnx_variant(onnx_file, folder, reg.run_of(config), runtime, max_length=reg.max_length, pair=reg.pair)
+        tags = variant_tags(reg.tags_of(config, folder), row, float(same.iloc[0]) if len(same) else None)
+        onnx_file = None if runtime in HALF_RUNTIMES else reg.localize(str(row["path"]))
+        if onnx_file is not None and onnx_file.is_file():
+            tags[DIGEST_TAG] = file_sha256(onnx_file)  # one version per file content, whichever run built it
+        existing = find_version(reg.client, reg.name, str(config["best_student_path"]), runtime,
+                                {DIGEST_TAG: tags[DIGEST_TAG]} if DIGEST_TAG in tags else None)
+        if existing is not None:
+            for key, value in tags.items():
+                reg.client.set_model_version_tag(reg.name, existing.version, key, value)
+            return str(existing.version)
+        if onnx_file is None:
+            cast = {"dtype": TORCH_DTYPES[runtime], "device": str(row["device"])}
+            model_uri, used = log_student(folder, reg.run_of(config), max_length=reg.max_length, pair=reg.pair,
+                                          log=reg.log, runtime=cast)
+            tags["flavor"] = f"{used} ({TORCH_DTYPES[runtime]})"
+        else:
+            model_uri = log_onnx_variant(onnx_file, folder, reg.run_of(config), runtime, max_length=reg.max_length,
+                                         pair=reg.pair)
+            tags["flavor"] = "onnx-pyfunc"
     except Exception as e:  # noqa: BLE001 - one variant that cannot be logged must not stop the others or the eager ones
         reg.log(f"registry: {config['config']} in {runtime} not registered ({type(e).__name__}: {e})")
         return None
-    tags["flavor"] = "onnx-pyfunc"
     description = (f"{config['config']} in {runtime}: {row['metric_name']} {row['metric']:.4f} on the dev set, "
                    f"{row['latency_ms']:.2f} ms p50 at {row['front_shape']} ({row['device']}, {row['threads']} threads)")
     version: ModelVersion = register(reg.client, reg.name, model_uri, tags, description)
-    reg.log(f"registry: {reg.name} v{version.version} ← {config['config']} in {runtime} (ONNX pyfunc)")
+    reg.log(f"registry: {reg.name} v{version.version} ← {config['config']} in {runtime} ({tags['flavor']})")
     return str(version.version)
 
 
 def register_variant_front(reg: Registration, variants: pd.DataFrame, configs: pd.DataFrame, budget: SelectionConfig | None,
-                           outcome: RegistryOutcome) -> str | None:
+                           outcome: RegistryOutcome) -> tuple[str | None, str]:
     """Register the front over (served export, runtime); returns the version of its champion
-    (`variant_champion`), the alias's candidate, or None when no variant qualifies or the
-    champion's could not be registered."""
+    (`variant_champion`), the alias's candidate, and what was decided: None with the reason when
+    no variant qualifies or the champion's could not be registered."""
     marked = served_front(variants, configs, budget)
     by_trial = {str(c["best_trial_id"]): c for _, c in configs.iterrows()}
     for _, row in marked[marked["pareto"].fillna(False).astype(bool)].iterrows():
@@ -174,10 +197,8 @@ def register_variant_front(reg: Registration, variants: pd.DataFrame, configs: p
     champion = variant_champion(marked, size_objective=budget.size_objective, max_latency_ms=budget.max_latency_ms,
                                 min_speedup=budget.min_speedup)
     if champion is None:
-        return None
+        return None, "no runtime variant of a served export is within the budget"
     key = runner_name(str(champion["trial_id"]), str(champion["runtime"]))
     if key not in outcome.variants:
-        reg.log(f"registry: the champion candidate {key} has no registered version; the alias is left alone")
-        return None
-    reg.log(f"registry: the champion candidate is {key} (the most accurate variant on the front over runtimes)")
-    return outcome.variants[key]
+        return None, f"the variants' champion {key} could not be registered (above)"
+    return outcome.variants[key], f"the variants' champion is {key} (the most accurate on the front over runtimes)"

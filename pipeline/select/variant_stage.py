@@ -131,7 +131,12 @@ def tokenize(folder: Path, text_a: Sequence[str], text_b: Sequence[str] | None, 
     """The rows tokenized by the folder's own tokenizer (truncated to `max_length`), and its pad id."""
     from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(str(folder))
+    from pipeline.prepare.remote_code import remote_code
+
+    # the tokenizer reads config.json too: for a CoFi export (auto_map) without trust_remote_code,
+    # transformers asks on stdin whether to run the code ("Do you wish to run the custom code?"),
+    # which a select stage has no one to answer; its code is checked against drydock.json first
+    tokenizer = AutoTokenizer.from_pretrained(str(folder), trust_remote_code=remote_code(folder))
     texts = [list(text_a)] + ([list(text_b)] if text_b is not None else [])
     encoded = tokenizer(*texts, truncation=True, max_length=max_length, return_token_type_ids=True)
     rows = [{"input_ids": ids, "token_type_ids": types} for ids, types in zip(encoded["input_ids"], encoded["token_type_ids"])]

@@ -635,3 +635,31 @@ def test_variants_outside_the_budget_are_no_candidates(store, tmp_path, tiny_tok
     assert outcome.variants == {} and outcome.decision is None
     assert any("no runtime variant of a served export is within the budget" in line for line in lines), lines
     assert client.get_registered_model("students").aliases == {}
+
+
+def test_a_half_precision_champion_is_served_cast_as_it_was_timed(store, tmp_path, tiny_tokenizer):
+    import mlflow
+
+    uri, client, experiment = store
+    a = custom_student(tmp_path / "a", tiny_tokenizer)  # custom code too: the cast version keeps checking it
+    rows = [trial("cofi-s0", "cofi", 0, 0.80, 4.0, a, new_run(client, experiment, "cofi"), sparsity=0.6)]
+    # bf16 as accurate and faster: it takes eager fp32 off the front and is the champion
+    table = variants_of([variant("cofi-s0", "torch", 0.80, 4.0, a), variant("cofi-s0", "torch-bf16", 0.80, 2.0, a, size=500)])
+    chosen = select(results_table.to_frame(rows), SelectionConfig())
+    lines: list[str] = []
+    outcome = register_front(uri, "students", chosen.front, chosen.champion, sweep="test-sweep", experiment_id=experiment,
+                             measurements={}, max_length=128, pair=False, budget=SelectionConfig(), log=lines.append,
+                             variants=table, configs=chosen.configs)
+    assert outcome.variants == {"cofi-s0/torch-bf16": "2"} and outcome.decision.version == "2", lines
+    tags = client.get_model_version("students", "2").tags
+    assert (tags["runtime"], tags["flavor"], tags["device"]) == ("torch-bf16", "pyfunc (bfloat16)", "cpu")
+    assert tags["code_sha256"] == client.get_model_version("students", "1").tags["code_sha256"]
+    with tracking(uri):
+        served = mlflow.pyfunc.load_model("models:/students@champion")
+    got = served.predict(["a truly wonderful film"])
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    model = AutoModelForSequenceClassification.from_pretrained(str(a), trust_remote_code=True).eval().to(torch.bfloat16)
+    with torch.no_grad():
+        probs = model(**AutoTokenizer.from_pretrained(str(a))("a truly wonderful film", return_tensors="pt")).logits.float().softmax(-1)[0]
+    assert got["label"][0] == model.config.id2label[int(probs.argmax())] and got["score"][0] == pytest.approx(float(probs.max()), abs=1e-6)

@@ -131,6 +131,20 @@ def _peak(folder: Path, runtime: str, shape: tuple[int, int] = (4, 32)) -> runti
     return measure_peak_memory(build_variant(folder, runtime, folder), 1, latency_inputs(config, *shape))
 
 
+def _peak_resets() -> bool:
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+PEAK_RESETS = _peak_resets()  # gVisor and some CI sandboxes have no writable clear_refs: the figure is then null
+needs_peak = pytest.mark.skipif(not PEAK_RESETS, reason="the peak resident set cannot be reset here (/proc/self/clear_refs)")
+
+
+@needs_peak
 def test_peak_memory_is_positive_and_grows_with_the_model(tmp_path):
     small, big = tmp_path / "small", tmp_path / "big"
     make_tiny_bert(num_layers=2, hidden_size=64, intermediate_size=256, seed=0).save_pretrained(small)
@@ -141,7 +155,7 @@ def test_peak_memory_is_positive_and_grows_with_the_model(tmp_path):
     _peak(small, "torch")  # the first load in a process pays for lazy initialisation, not the model
     small_peak, big_peak = _peak(small, "torch"), _peak(big, "torch")
     assert small_peak.bytes is not None and big_peak.bytes is not None, (small_peak, big_peak)
-    assert 0 < small_peak.bytes < big_peak.bytes
+    assert 0 <= small_peak.bytes < big_peak.bytes  # a model of ~0.4 MB is below the resolution: it may read 0
     # the bigger model's weights are resident at its peak: at least most of them, beyond the small one's whole peak
     assert big_peak.bytes - small_peak.bytes > 0.75 * big_weights, (small_peak, big_peak)
     assert big_peak.bytes < 4 * big_weights + 50e6  # and not the process's lifetime peak
@@ -197,7 +211,9 @@ def test_variant_job_builds_scores_times_and_measures_half_precision(tmp_path, t
     for (model, runtime), fact in facts.items():
         assert fact["error"] is None and fact["metric"] is not None, fact
         # measured 2.2-4.4 MB for the teacher's variants, 0.09-2.7 MB for s0's (below the resolution: may read 0)
-        assert fact["peak_memory_bytes"] > (1e6 if model == "teacher" else -1) and fact["path"] == str(models[model])
+        if PEAK_RESETS:
+            assert fact["peak_memory_bytes"] > (1e6 if model == "teacher" else -1)
+        assert fact["path"] == str(models[model])
         if runtime != "torch":
             assert 0 < fact["parity_max_abs_diff"] <= TOLERANCES[runtime]  # random heads: logits within ±1
             assert fact["size_bytes"] == (facts[model, "torch"]["size_bytes"] - _header(models[model])) / 2

@@ -111,6 +111,26 @@ def test_cofi_pruned_export_matches_torch_in_fp32_and_int8(tmp_path, tiny_tokeni
     assert 0 < check_parity(folder, int8, batch) <= TOLERANCES["onnxruntime-int8"] * logit_scale(expected)
 
 
+def test_a_cofi_folder_is_tokenized_without_asking_to_run_its_code(tmp_path, tiny_tokenizer, monkeypatch):
+    """The tokenizer reads config.json's auto_map: without trust_remote_code, transformers asks on
+    stdin whether to run the code (seen in benchmarks/runtimes.py on a CoFi student); the select
+    stage's worker has no one to answer."""
+    from pipeline.select.variant_stage import tokenize
+
+    folder = _cofi_folder(tmp_path, tiny_tokenizer)
+
+    prompts: list[str] = []
+
+    def no_one_there(question=""):  # transformers catches what this raises and goes on: record the asking
+        prompts.append(question)
+        raise EOFError
+
+    monkeypatch.setattr("builtins.input", no_one_there)
+    rows, pad = tokenize(folder, ["a short text", "another one"], None, 16)
+    assert prompts == []
+    assert rows[0]["input_ids"] == tiny_tokenizer("a short text")["input_ids"] and pad == tiny_tokenizer.pad_token_id
+
+
 def test_cofi_code_that_is_not_the_recorded_code_is_never_exported(tmp_path, tiny_tokenizer):
     folder = _cofi_folder(tmp_path, tiny_tokenizer)
     code = folder / "_pruned_bert.py"
