@@ -1,7 +1,7 @@
 """The select stage's variants step on a finished sweep, for comparing an idle run with a loaded one.
 
     GLUE_DIR=../shared/data/glue .venv/bin/python benchmarks/select_load.py [--workdir runs --sweep quickstart]
-        [--runtimes torch,onnxruntime-int8] [--shapes 32x64] [--min-seconds 2] [--out DIR] [--json FILE]
+        [--runtimes torch,onnxruntime-int8] [--shapes 32x64] [--min-seconds 2] [--threads N] [--out DIR] [--json FILE]
 
 Issue 22's second done-when: in a select stage run while the test suite runs beside it, the
 teacher/student speedup of a 3-layer student stays within 10% of the same stage run on the idle
@@ -39,6 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runtimes", default="torch,onnxruntime-int8")
     parser.add_argument("--shapes", default="32x64")
     parser.add_argument("--min-seconds", type=float, default=None, help="timing window per shape (default: the spec's)")
+    parser.add_argument("--threads", type=int, default=None, help="intra-op threads per runner (default: the spec's)")
     parser.add_argument("--out", default=None)
     parser.add_argument("--json", default=None, help="also write the variants table's rows here")
     args = parser.parse_args(argv)
@@ -62,6 +63,8 @@ def main(argv: list[str] | None = None) -> int:
     latency.update({"shapes": shapes, "front_shape": shapes[0]})
     if args.min_seconds is not None:
         latency["min_seconds"] = args.min_seconds
+    if args.threads is not None:
+        latency["threads"] = args.threads
     selection = spec.selection.model_copy(update={"runtimes": args.runtimes.split(",")})
     selection = type(selection).model_validate({**selection.model_dump(), "latency": latency})
     spec = spec.model_copy(update={"selection": selection})

@@ -45,7 +45,6 @@ from pathlib import Path
 from typing import Any, Literal
 
 import mlflow
-import pandas as pd
 from huggingface_hub import ModelCard
 from mlflow import MlflowClient
 from mlflow.entities.model_registry import ModelVersion
@@ -405,7 +404,7 @@ def _fixed(text: str | None, digits: int, suffix: str = "") -> str:
 # ----------------------------------------------------------------------------------------------
 
 
-def _tag(value: Any) -> str:
+def tag_text(value: Any) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return ""
     if isinstance(value, float):
@@ -456,7 +455,7 @@ def version_tags(config: dict[str, Any], sweep: str, measurement: Any | None, me
             "latency_seq_length": measurement.seq_length,
             "latency_threads": measurement.threads,
         })
-    return {k: _tag(v) for k, v in tags.items() if _tag(v) != ""}
+    return {k: tag_text(v) for k, v in tags.items() if tag_text(v) != ""}
 
 
 def _count(value: Any) -> int | None:
@@ -473,6 +472,10 @@ class RegistryOutcome:
     versions: dict[str, str] = field(default_factory=dict)  # config_key → its eager version
     variants: dict[str, str] = field(default_factory=dict)  # "<trial_id>/<runtime>" → version (variants registered)
     decision: ChampionDecision | None = None
+
+
+# registers a sweep's variants and returns (the alias's candidate version or None, why): `VariantFront`
+VariantsFront = Callable[["Registration", RegistryOutcome], tuple[str | None, str]]
 
 
 @dataclass
@@ -544,8 +547,7 @@ def register_front(
     localize: Callable[[str], Path] = Path,
     dev: DevSet | None = None,
     rescore: Rescore | None = None,
-    variants: pd.DataFrame | None = None,
-    configs: pd.DataFrame | None = None,
+    variants_front: VariantsFront | None = None,
 ) -> RegistryOutcome:
     """Register each Pareto configuration's best-seed export (once), tag it, then offer the
     champion configuration's version the alias. `front` and `champion` come from
@@ -555,13 +557,11 @@ def register_front(
     set the front's metrics were measured on (recorded in every version's tags); `rescore`
     scores a version of `name` on it, for a champion measured on other data.
 
-    With `variants` (the select stage's variants.parquet) and `configs` (every configuration of
-    the selection), the registry serves what was measured: the front over (configuration,
-    runtime) of the configurations' served exports is registered too, each runtime as the
-    consumer runs it, and the alias is offered to that front's champion instead
-    (`pipeline.select.variant_registry`)."""
-    from pipeline.select.variant_registry import register_variant_front
-
+    With `variants_front` (`pipeline.select.variant_registry.VariantFront`: the select stage's
+    variants.parquet and every configuration of the selection), the registry serves what was
+    measured: the front over (configuration, runtime) of the configurations' served exports is
+    registered too, each runtime as the consumer runs it, and the alias is offered to that
+    front's champion instead. (Given as a callable, not imported: that module builds on this one.)"""
     client = client_for(uri)
     outcome = RegistryOutcome()
     reg = Registration(client, name, sweep, experiment_id, measurements, max_length, pair, flavor, log, localize, dev)
@@ -572,8 +572,8 @@ def register_front(
             if registered is not None:
                 outcome.versions[config["config_key"]] = registered
         candidate: str | None = None
-        if variants is not None and configs is not None:
-            candidate, why = register_variant_front(reg, variants, configs, budget, outcome)
+        if variants_front is not None:
+            candidate, why = variants_front(reg, outcome)
             log(f"registry: {why}" + ("" if candidate is not None else f"; the {CHAMPION} alias has no candidate"))
         elif champion is not None and champion["config_key"] not in outcome.versions:
             log(f"registry: the champion candidate {champion['config']} has no registered version; "
@@ -584,7 +584,7 @@ def register_front(
             outcome.decision = update_champion(client, name, client.get_model_version(name, candidate), budget, dev, rescore)
             verb = "moved to" if outcome.decision.moved else "stays on"
             log(f"registry: {CHAMPION} {verb} v{outcome.decision.version} ({outcome.decision.reason})")
-        no_candidate = champion is None if variants is None or configs is None else candidate is None
+        no_candidate = champion is None if variants_front is None else candidate is None
         if no_candidate and (current := champion_version(client, name)) is not None:
             outcome.decision = decide_without_candidate(str(current.version), current.tags, budget)
             if outcome.decision is not None:

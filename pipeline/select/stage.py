@@ -51,6 +51,7 @@ from pipeline.select.latency import LatencyRecord, Measurement, Timings, fill_la
 from pipeline.select.pareto import Selection, latency_plan, select, served_by
 from pipeline.select.registry import Rescore, register_front
 from pipeline.select.report import ReportContext, ReportFiles, current_run_dir, publish_latest, write_report
+from pipeline.select.variant_registry import VariantFront
 from pipeline.select.variant_stage import variants_step
 from pipeline.select.variants import variants_path
 from pipeline.storage import WorkStore
@@ -202,7 +203,7 @@ def select_stage(
             experiment_id=tracker.experiment_id, measurements=measured, max_length=spec.task.max_seq_length,
             pair=task_spec(spec.task).is_pair, budget=spec.selection, log=log,
             localize=store.localize if store is not None else Path, dev=dev, rescore=rescore,
-            variants=variants, configs=chosen.configs)
+            variants_front=VariantFront(variants, chosen.configs, spec.selection) if variants is not None else None)
         if outcome.decision is not None and tracker.parent_id:
             tracker.set_tags(tracker.parent_id, {
                 "drydock.registered_model": spec.registered_model_name,

@@ -32,6 +32,7 @@ architecture, so its ONNX versions carry no `code_sha256`.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from pathlib import Path
 
 import mlflow
@@ -49,14 +50,14 @@ from pipeline.select.registry import (
     SINGLE_EXAMPLE,
     Registration,
     RegistryOutcome,
-    _tag,
     find_version,
     keeps_ending,
     log_student,
     register,
     register_config,
+    tag_text,
 )
-from pipeline.select.runtimes import HALF_RUNTIMES, TORCH_DTYPES, file_sha256
+from pipeline.select.runtimes import HALF_RUNTIMES, TORCH_DTYPES, file_sha256, onnx_files
 from pipeline.select.variants import runner_name, variant_champion, variant_front
 
 ONNX_PYFUNC_MODULE = Path(__file__).with_name("onnx_pyfunc.py")
@@ -89,6 +90,10 @@ def log_onnx_variant(onnx_file: Path, folder: Path, run_id: str, runtime: str, *
         if not path.is_file():
             raise DrydockError(f"{path}: missing; an ONNX version ships the {role} file beside the graph"
                                + (" (the student was saved without a fast tokenizer)" if role == "tokenizer" else ""))
+    external = onnx_files(Path(onnx_file))[1:]
+    if external:  # only the .onnx file travels: the consumer could not load the graph
+        raise DrydockError(f"{onnx_file}: keeps its weights in {', '.join(p.name for p in external)} (ONNX external data, "
+                           "a model over 2 GB); an ONNX version ships one file")
     model_config = {"max_length": max_length} if max_length else {}
     if batch_size:
         model_config["batch_size"] = batch_size
@@ -129,7 +134,7 @@ def variant_tags(base: dict[str, str], row: pd.Series, fp32_metric: float | None
     }
     batch, _, length = str(row["front_shape"]).partition("x")
     own.update({"latency_batch_size": batch, "latency_seq_length": length})
-    tags.update({k: _tag(None if _absent(v) else v) for k, v in own.items()})
+    tags.update({k: tag_text(None if _absent(v) else v) for k, v in own.items()})
     return {k: v for k, v in tags.items() if v != ""}
 
 
@@ -180,6 +185,19 @@ def register_variant(reg: Registration, config: pd.Series, row: pd.Series, varia
     version: ModelVersion = register(reg.client, reg.name, model_uri, tags, description)
     reg.log(f"registry: {reg.name} v{version.version} ← {config['config']} in {runtime} ({tags['flavor']})")
     return str(version.version)
+
+
+@dataclass(frozen=True)
+class VariantFront:
+    """What `registry.register_front` calls to register the variants (`variants_front=`): the
+    select stage's variants table, every configuration of its selection, the sweep's budget."""
+
+    variants: pd.DataFrame
+    configs: pd.DataFrame
+    budget: SelectionConfig | None = None
+
+    def __call__(self, reg: Registration, outcome: RegistryOutcome) -> tuple[str | None, str]:
+        return register_variant_front(reg, self.variants, self.configs, self.budget, outcome)
 
 
 def register_variant_front(reg: Registration, variants: pd.DataFrame, configs: pd.DataFrame, budget: SelectionConfig | None,

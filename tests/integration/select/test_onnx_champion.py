@@ -328,3 +328,16 @@ def stop_group(process: subprocess.Popen) -> None:
             os.killpg(process.pid, 0)
         except ProcessLookupError:
             break
+
+
+def test_a_graph_with_external_data_is_refused_before_anything_is_logged(student, variants, tmp_path):
+    import onnx
+
+    from pipeline.errors import DrydockError
+
+    graph = onnx.load(str(variants[runtimes.ORT].path))
+    split = tmp_path / "model.onnx"
+    onnx.save_model(graph, str(split), save_as_external_data=True, all_tensors_to_one_file=True, location="weights.bin",
+                    size_threshold=0)
+    with pytest.raises(DrydockError, match=r"keeps its weights in weights.bin \(ONNX external data"):
+        log_onnx_variant(split, student, "no-run-needed", runtimes.ORT, max_length=MAX_LENGTH)

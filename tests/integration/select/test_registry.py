@@ -34,6 +34,7 @@ from pipeline.select.registry import (
     tracking,
     version_tags,
 )
+from pipeline.select.variant_registry import VariantFront
 from pipeline.training.export import save_student
 from tests.conftest import make_tiny_bert, variant, variants_of
 
@@ -588,7 +589,7 @@ def test_the_champion_over_runtimes_is_registered_as_the_runtime_it_was_measured
     def round_() -> object:
         return register_front(uri, "students", chosen.front, chosen.champion, sweep="test-sweep", experiment_id=experiment,
                               measurements={}, max_length=128, pair=False, budget=SelectionConfig(), log=lines.append,
-                              variants=table, configs=chosen.configs)
+                              variants_front=VariantFront(table, chosen.configs, SelectionConfig()))
 
     outcome = round_()
     # the eager front as before (v1 cofi, v2 kd: by latency), then the variants' front: kd in int8 (it dominates
@@ -624,14 +625,14 @@ def test_variants_outside_the_budget_are_no_candidates(store, tmp_path, tiny_tok
     rows = [trial("kd-s0", "kd", 0, 0.80, 4.0, a, new_run(client, experiment, "kd"), alpha=0.5),
             trial("kd-s1", "kd", 1, 0.70, 4.0, None, None, alpha=0.5)]
     budget = SelectionConfig(max_latency_ms=3.0)
-    # the eager export is over the budget; its int8 variant within it would be the candidate, but
-    # kd-s1's is not a served export (its configuration serves kd-s0): never registered
+    # the served export (kd-s0) is over the budget; kd-s1's variant is within it, but kd-s1 is not
+    # a served export (its configuration serves kd-s0): never registered, never a candidate
     table = variants_of([variant("kd-s0", "torch", 0.80, 4.0, a), variant("kd-s1", "torch", 0.70, 1.0, a)])
     chosen = select(results_table.to_frame(rows), budget)
     lines: list[str] = []
     outcome = register_front(uri, "students", chosen.front, chosen.champion, sweep="test-sweep", experiment_id=experiment,
                              measurements={}, max_length=128, pair=False, budget=budget, log=lines.append,
-                             variants=table, configs=chosen.configs)
+                             variants_front=VariantFront(table, chosen.configs, budget))
     assert outcome.variants == {} and outcome.decision is None
     assert any("no runtime variant of a served export is within the budget" in line for line in lines), lines
     assert client.get_registered_model("students").aliases == {}
@@ -649,7 +650,7 @@ def test_a_half_precision_champion_is_served_cast_as_it_was_timed(store, tmp_pat
     lines: list[str] = []
     outcome = register_front(uri, "students", chosen.front, chosen.champion, sweep="test-sweep", experiment_id=experiment,
                              measurements={}, max_length=128, pair=False, budget=SelectionConfig(), log=lines.append,
-                             variants=table, configs=chosen.configs)
+                             variants_front=VariantFront(table, chosen.configs, SelectionConfig()))
     assert outcome.variants == {"cofi-s0/torch-bf16": "2"} and outcome.decision.version == "2", lines
     tags = client.get_model_version("students", "2").tags
     assert (tags["runtime"], tags["flavor"], tags["device"]) == ("torch-bf16", "pyfunc (bfloat16)", "cpu")

@@ -73,8 +73,9 @@ def test_variants_of_the_teacher_and_the_students(tmp_path, tiny_tokenizer, monk
     assert len(table) == 8 and (sweep_dir / "variants.parquet").read_bytes() == (run_dir / "variants.parquet").read_bytes()
     assert run_dir / "variants.parquet" in tracker.artifacts
     # the registry gets the variants to serve what was measured, and every configuration to tag them with
-    pd.testing.assert_frame_equal(registered["variants"], table)
-    assert set(registered["configs"]["best_trial_id"]) == {"s0", "s1", "s2"}
+    front = registered["variants_front"]
+    pd.testing.assert_frame_equal(front.variants, table)
+    assert set(front.configs["best_trial_id"]) == {"s0", "s1", "s2"} and front.budget == SPEC.selection
     rows = table.set_index(["trial_id", "runtime"])
     assert set(rows.index) == {(m, rt) for m in (TEACHER, "s0", "s1", "s2") for rt in ("torch", INT8)}
 
