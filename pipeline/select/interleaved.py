@@ -57,6 +57,7 @@ from pipeline.errors import DrydockError
 from pipeline.select.latency import MAX_SECONDS_FACTOR, STABLE_TOLERANCE, median_interval, median_is_stable
 
 Runner = Callable[[], object]  # one forward pass on inputs the caller bound
+MAX_WINDOW_SECONDS = 600.0  # a per-runner window grows with the runners, to 10 minutes a shape at most
 
 # config.json fields that determine how much compute one forward pass does (the rest — weights'
 # names, label names, dropout, the tokenizer's — do not change the time of an eval forward pass).
@@ -106,9 +107,12 @@ class InterleaveSettings(BaseModel):
         return self.max_seconds if self.max_seconds is not None else MAX_SECONDS_FACTOR * self.min_seconds
 
     def window(self, runners: int) -> tuple[float, float]:
-        """(min_seconds, cap_seconds) of a measurement of `runners` runners."""
-        scale = max(1, runners) if self.per_runner else 1
-        return self.min_seconds * scale, self.cap_seconds * scale
+        """(min_seconds, cap_seconds) of a measurement of `runners` runners; a per-runner window
+        is held to MAX_WINDOW_SECONDS (or the single window, when that is longer)."""
+        if not self.per_runner:
+            return self.min_seconds, self.cap_seconds
+        scale, limit = max(1, runners), max(self.cap_seconds, MAX_WINDOW_SECONDS)
+        return min(self.min_seconds * scale, limit), min(self.cap_seconds * scale, limit)
 
     @classmethod
     def from_latency(cls, latency: Any, **overrides: Any) -> InterleaveSettings:

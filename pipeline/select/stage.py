@@ -227,7 +227,12 @@ def publish(sweep_dir: Path, run_dir: Path | None, out_dir: Path, frame: pd.Data
     if run_dir is not None:  # together: the top level holds one run's set, the newest complete one
         publish_latest([*files.all(), *records], sweep_dir)
         if variants_path(out_dir) not in records:  # an older run's variants must not pass for this run's
-            variants_path(sweep_dir).unlink(missing_ok=True)
+            stale = variants_path(sweep_dir)
+            key = store.key_of(stale) if store is not None and store.is_remote else None
+            if store is not None and key is not None:
+                store.delete(key)  # the store's copy too: the sweep's files are pushed, never pruned
+            else:
+                stale.unlink(missing_ok=True)
     for path in files.all():
         tracker.log_parent_artifact(path, "report")
     for path in records:

@@ -188,6 +188,8 @@ def test_a_per_runner_window_grows_with_the_runners():
     assert not capped.stable and 1.5 <= capped.seconds < 1.5 + 0.02
     latency = SimpleNamespace(warmup=1, min_runs=10, min_seconds=2.0)
     assert InterleaveSettings.from_latency(latency).per_runner and InterleaveSettings.from_latency(latency).window(4) == (8.0, 40.0)
+    assert InterleaveSettings.from_latency(latency).window(100) == (200.0, 600.0)  # held to 10 minutes a shape
+    assert InterleaveSettings.from_latency(latency).window(1000) == (600.0, 600.0)
 
 
 def test_max_seconds_caps_a_runner_that_never_settles():

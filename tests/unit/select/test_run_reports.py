@@ -144,3 +144,20 @@ def test_the_select_stage_writes_into_the_runs_folder_and_copies_to_the_top_leve
     write_variants(variants_path(sweep_dir), old_variants)  # a copy left by an older drydock: still not r2's
     assert "Runtimes" not in rebuild_report(sweep_dir).markdown.read_text()
     assert "Runtimes" in rebuild_report(sweep_dir / "runs" / "r1").markdown.read_text()
+
+
+def test_a_run_without_variants_removes_the_older_runs_copy_from_the_store_too(tmp_path, monkeypatch):
+    from pipeline.select.stage import select_stage
+    from pipeline.storage import WorkStore
+
+    monkeypatch.setenv("DRYDOCK_CACHE_DIR", str(tmp_path / "cache"))
+    bucket = tmp_path / "bucket"
+    store = WorkStore.open(bucket.as_uri())  # a file:// location: a store with this node's mirror, as s3:// is
+    sweep_dir = store.path("demo")
+    start_run(sweep_dir, "r1", metric=0.61, teacher_p50=10.0)
+    write_variants(variants_path(sweep_dir), variants_of([variant("finetune-s0", "torch", 0.6, 2.0, "/nowhere")]))
+    store.push("demo/variants.parquet")
+    assert (bucket / "demo" / "variants.parquet").is_file()
+    start_run(sweep_dir, "r2", metric=0.71, teacher_p50=20.0)
+    select_stage(SPEC, store.local, sweep_dir, FakeTracker(), None, lambda _: None, store=store)
+    assert not variants_path(sweep_dir).exists() and not (bucket / "demo" / "variants.parquet").exists()
