@@ -449,7 +449,8 @@ class TrackingConfig(_Model):
 # #22): eager PyTorch fp32, ONNX Runtime fp32 and int8, and eager PyTorch cast to fp16 / bf16
 # (`pipeline.select.runtimes`). Half precision is what GPUs serve in; it runs on a CPU too, where
 # it pays only on CPUs with native half-precision matmuls (AMX / AVX512-FP16: this machine's Xeon
-# scored the SST-2 dev set with the teacher in bf16 in 3.3 s against 10.6 s in fp32, fp16 9.7 s).
+# scored the SST-2 dev set with the teacher in bf16 in 2.7 s against 7.6 s in fp32, fp16 7.9 s:
+# `benchmarks/parity.py`, one thread, load included).
 RuntimeName = Literal["torch", "onnxruntime", "onnxruntime-int8", "torch-fp16", "torch-bf16"]
 # what a spec that names no runtime gets: what users serve encoders with on each device (CPUs: ONNX
 # Runtime int8; GPUs: fp16), beside eager fp32, which is always timed (see `_runtimes`)

@@ -181,3 +181,26 @@ def variants_of(rows: list[dict]):
     from pipeline.select.variants import typed
 
     return typed(pd.DataFrame(rows))
+
+
+class FakeTracker:
+    """The select stage's view of MLflow (`pipeline.tracking.SweepTracker`), recording the parent run's artifacts."""
+
+    uri = "sqlite:///nowhere.db"
+    experiment_id = "0"
+    parent_id = None
+
+    def __init__(self) -> None:
+        self.artifacts: list[Path] = []
+
+    def log_parent_artifact(self, path, artifact_path=None) -> None:
+        self.artifacts.append(Path(path))
+
+    def log_parent(self, **kw) -> None:
+        pass
+
+    def log_metrics(self, *a, **kw) -> None:
+        pass
+
+    def set_tags(self, *a, **kw) -> None:
+        pass

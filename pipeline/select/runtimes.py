@@ -36,8 +36,8 @@ folder, checks that it computes what the folder computes, and scores it on the d
   too, where they pay only with half-precision units (AVX512-BF16/AMX, AVX512-FP16; a CPU without
   them has no fast kernels: not measured, this machine has the units). torch 2.13 has fp16 and
   bf16 matmul, LayerNorm, softmax and SDPA on the CPU, which is how the tests check them. On this
-  machine's Xeon the teacher's 872 dev sentences took 3.3 s in bf16, 9.7 s in fp16 and 10.6 s in
-  fp32 (one thread, load included, one run). fp16 keeps 10 mantissa bits and bf16 7 (fp32: 23), so
+  machine's Xeon the teacher's 872 dev sentences took 2.7 s in bf16, 7.9 s in fp16 and 7.6 s in
+  fp32 (one thread, load included, one run of `benchmarks/parity.py`). fp16 keeps 10 mantissa bits and bf16 7 (fp32: 23), so
   they are checked against fp32 with tolerances of their own (`TOLERANCES`).
 
 Every variant's peak memory is measured apart from its timing (`measure_peak_memory`): loaded
@@ -117,11 +117,13 @@ CPU_RUNTIMES = (TORCH, ORT, ORT_INT8)  # what a CPU serves with: what a CPU benc
 #   students of one task apart (their logits agree about as well as int8 does): what int8 costs,
 #   and whether it is the right model, is settled by its own dev-set metric (`evaluate_variant`).
 #
+# `benchmarks/parity.py --teacher runs/teachers/<key>` measures all of it again (but the pretrained
+# MiniLM row) for every runtime; its run of 2026-12-02 03:14 gave the same figures within rounding,
+# except the tiny models' int8 rows (5.2e-4, 2.3e-3, 4.5e-4 max; argmax 99.2%, 100%, 98.8%).
+#
 # Half precision, measured 2026-12-02 the same way on the CPU (torch 2.13.0+cpu, transformers
-# 5.24.0, 1 thread, a Xeon with AVX512-FP16 and AMX-BF16; the script: a loop over the four folders
-# calling `predict_logits(load_runner(build_variant(folder, rt, folder), 1), rows, 32)` for rt in
-# torch, torch-fp16, torch-bf16), max abs difference from eager fp32 (p99), and as a fraction of the
-# logit scale:
+# 5.24.0, 1 thread, a Xeon with AVX512-FP16 and AMX-BF16; `benchmarks/parity.py` gives the same
+# table), max abs difference from eager fp32 (p99), and as a fraction of the logit scale:
 #
 #   model                                     max |logit|  torch-fp16                   torch-bf16                 argmax = fp32 (fp16, bf16)
 #   tiny BERT 4 × 32 (random)                 0.046        5.8e-5 (4.3e-5)              4.3e-4 (2.9e-4)            100%, 99.6%
@@ -667,9 +669,9 @@ def measure_peak_memory(variant: Variant, threads: int, inputs: Mapping[str, Any
       `torch-bf16` it includes the fp32 file's pages, mapped while the weights are cast. It is
       coarse: what fits in heap pages the process already holds in part is not seen (a test
       model of tens of kB can read 0), and the same variant measured twice in one process
-      differed by up to 20% (the MiniLM-L6 teacher at 32 × 64, after a warm-up run of each:
-      149 and 164 MB in fp32, 91 and 114 MB in fp16, 91 and 97 MB in bf16, 175 and 177 MB in
-      onnxruntime, 81 and 98 MB in int8). The resident set is the process's, so nothing else may
+      differed by up to 25% (the MiniLM-L6 teacher at 32 × 64, `benchmarks/parity.py`, two
+      measurements of each: 166 and 144 MB in fp32, 114 and 91 MB in fp16, 110 and 108 MB in
+      bf16, 167 and 170 MB in onnxruntime, 91 and 94 MB in int8). The resident set is the process's, so nothing else may
       run in the process meanwhile — one variant at a time, before or after timing, never during
       it. Without a writable `CLEAR_REFS` (not Linux, an older kernel, a sandbox) or when VmHWM
       does not follow the reset: None.

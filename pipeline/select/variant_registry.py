@@ -31,7 +31,6 @@ architecture, so its ONNX versions carry no `code_sha256`.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -134,12 +133,8 @@ def variant_tags(base: dict[str, str], row: pd.Series, fp32_metric: float | None
     }
     batch, _, length = str(row["front_shape"]).partition("x")
     own.update({"latency_batch_size": batch, "latency_seq_length": length})
-    tags.update({k: tag_text(None if _absent(v) else v) for k, v in own.items()})
+    tags.update({k: tag_text(None if pd.isna(v) else v) for k, v in own.items()})
     return {k: v for k, v in tags.items() if v != ""}
-
-
-def _absent(value: object) -> bool:
-    return value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value))
 
 
 def register_variant(reg: Registration, config: pd.Series, row: pd.Series, variants: pd.DataFrame,

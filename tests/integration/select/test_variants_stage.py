@@ -23,7 +23,7 @@ from pipeline.select.report import rebuild_report
 from pipeline.select.variant_stage import VARIANTS_DIR, DevRows, tokenize, variants_step, variants_wanted
 from pipeline.select.variants import TEACHER, read_variants
 from pipeline.training.export import save_student
-from tests.conftest import make_tiny_bert
+from tests.conftest import FakeTracker, make_tiny_bert
 
 ROOT = Path(__file__).resolve().parents[3]
 TASK = TaskInfo(name="synthetic", num_labels=2, regression=False, label_names=("class_0", "class_1"))
@@ -121,29 +121,6 @@ def test_variants_of_the_teacher_and_the_students(tmp_path, tiny_tokenizer, monk
     assert "What each stage of the stack bought at 4x16" in section and "Students that dominate the teacher in onnxruntime-int8" in section
     assert "Failed: s2/onnxruntime-int8 (RuntimeError: the exporter gave up)" in section
     assert any(line.startswith("variants: 4x16: timing 5 runner(s) for 7") for line in messages), messages
-
-
-class FakeTracker:
-    """The select stage's view of MLflow, recording the parent run's artifacts."""
-
-    uri = "sqlite:///nowhere.db"
-    experiment_id = "0"
-    parent_id = None
-
-    def __init__(self) -> None:
-        self.artifacts: list[Path] = []
-
-    def log_parent_artifact(self, path, artifact_path=None) -> None:
-        self.artifacts.append(Path(path))
-
-    def log_parent(self, **kw) -> None:
-        pass
-
-    def log_metrics(self, *a, **kw) -> None:
-        pass
-
-    def set_tags(self, *a, **kw) -> None:
-        pass
 
 
 def _dev(spec):

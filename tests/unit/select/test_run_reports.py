@@ -15,7 +15,7 @@ from pipeline.config import LatencyConfig, spec_from_dict, spec_to_dict
 from pipeline.select.latency import LatencyRecord, Measurement, save_record
 from pipeline.select.report import rebuild_report
 from pipeline.select.variants import variants_path, write_variants
-from tests.conftest import variant, variants_of
+from tests.conftest import FakeTracker, variant, variants_of
 
 NAMES = ("report.md", "report.html", "pareto.png", "pareto.csv")
 SETTINGS = LatencyConfig(batch_size=8, seq_length=32)
@@ -90,27 +90,6 @@ def test_the_cli_says_where_the_runs_own_copy_is(tmp_path, capsys):
     assert COMMANDS["report"](parser.parse_args(["report", str(sweep_dir)])) == 0
     printed = capsys.readouterr().out
     assert str(sweep_dir / "report.md") in printed and str(sweep_dir / "runs" / "r1") in printed
-
-
-class FakeTracker:
-    uri = "sqlite:///nowhere.db"
-    experiment_id = "0"
-    parent_id = None
-
-    def __init__(self) -> None:
-        self.artifacts: list[Path] = []
-
-    def log_parent_artifact(self, path, artifact_path=None) -> None:
-        self.artifacts.append(Path(path))
-
-    def log_parent(self, **kw) -> None:
-        pass
-
-    def log_metrics(self, *a, **kw) -> None:
-        pass
-
-    def set_tags(self, *a, **kw) -> None:
-        pass
 
 
 def test_the_select_stage_writes_into_the_runs_folder_and_copies_to_the_top_level(tmp_path):
