@@ -74,6 +74,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--max-eval", type=int, help="score on a seeded subsample of this many dev rows")
     parser.add_argument("--out", type=Path, help="for the ONNX files (default <workdir>/<sweep>/runtimes-bench)")
     parser.add_argument("--warmup", type=int, default=3, help="calls per runner before timing")
+    parser.add_argument("--warm-passes", type=int, default=1, help="untimed passes of a runner before each timed one")
     parser.add_argument("--min-rounds", type=int, default=10)
     parser.add_argument("--min-seconds", type=float, default=20.0, help="of interleaved rounds, per shape")
     parser.add_argument("--max-seconds", type=float, default=120.0, help="per shape, settled or not")
@@ -479,8 +480,8 @@ def main(argv: Sequence[str] | None = None, log: Log | None = None) -> dict[str,
     args = parse_args(argv)
     log = log or (lambda line: print(line, file=sys.stderr, flush=True))
     shapes = parse_shapes(args.shapes)
-    settings = InterleaveSettings(warmup=args.warmup, min_rounds=args.min_rounds, min_seconds=args.min_seconds,
-                                  max_seconds=max(args.max_seconds, args.min_seconds))
+    settings = InterleaveSettings(warmup=args.warmup, warm_passes=args.warm_passes, min_rounds=args.min_rounds,
+                                  min_seconds=args.min_seconds, max_seconds=max(args.max_seconds, args.min_seconds))
     models = find_models(args)
     dev = dev_set(args.spec, args.max_eval)
     command = command_line(argv)  # after dev_set: GLUE_DIR as it was used

@@ -1,7 +1,7 @@
 """The select stage's variants step on a finished sweep, for comparing an idle run with a loaded one.
 
     GLUE_DIR=../shared/data/glue .venv/bin/python benchmarks/select_load.py [--workdir runs --sweep quickstart]
-        [--runtimes torch,onnxruntime-int8] [--shapes 32x64] [--min-seconds 2] [--threads N] [--out DIR] [--json FILE]
+        [--runtimes torch,onnxruntime-int8] [--shapes 32x64] [--min-seconds 2] [--threads N] [--warm-passes 1] [--out DIR] [--json FILE]
 
 Issue 22's second done-when: in a select stage run while the test suite runs beside it, the
 teacher/student speedup of a 3-layer student stays within 10% of the same stage run on the idle
@@ -40,6 +40,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shapes", default="32x64")
     parser.add_argument("--min-seconds", type=float, default=None, help="timing window per shape (default: the spec's)")
     parser.add_argument("--threads", type=int, default=None, help="intra-op threads per runner (default: the spec's)")
+    parser.add_argument("--warm-passes", type=int, default=None,
+                        help="untimed passes before each timed one (default: the stage's, 1; 0: timed in the state "
+                             "the previous runner left)")
     parser.add_argument("--out", default=None)
     parser.add_argument("--json", default=None, help="also write the variants table's rows here")
     args = parser.parse_args(argv)
@@ -85,7 +88,8 @@ def main(argv: list[str] | None = None) -> int:
           f"{os.cpu_count()} CPUs, load average {load[0]:.2f} / {load[1]:.2f}")
     print(f"# command: {shlex.join([sys.executable, *sys.argv])}")
     started = time.perf_counter()
-    table = variants_step(spec, students, teacher, out, log=lambda line: print(f"  {line}", flush=True))
+    overrides = {"warm_passes": args.warm_passes} if args.warm_passes is not None else None
+    table = variants_step(spec, students, teacher, out, log=lambda line: print(f"  {line}", flush=True), interleave=overrides)
     if table is None:
         print("the step built no table (see the log above)", file=sys.stderr)
         return 1

@@ -15,6 +15,14 @@ benchmark harness does it differently, and so does this module:
   so each runner takes every position once per block of rounds and follows a different runner
   from block to block: no model always pays for the cache state or the clock boost another one
   leaves behind.
+- **each runner warm in its own state** (`InterleaveSettings.warm_passes`): every timed pass
+  follows an untimed pass of the same runner, so it finds the caches, pages and thread pools as a
+  server of that one model would, not as the previous runner left them. Timed straight after
+  another model, a pass carried that model's state: the quickstart's int8 3-layer student took
+  51-65 ms at 32x64 that way and 45 ms warm, its teacher 263 ms eager against 186 ms, and the
+  speedups moved with whatever ran before (eager 1.67, int8 1.79 within one run; 1.98 and 1.95
+  warm, intervals ±1.5% against ±3-5%: `benchmarks/select_load.py --warm-passes 0` and `1`,
+  docs/runtimes.md).
 - **ratios within a round** (`Speedup`): a speedup is the median over rounds of
   reference_time / runner_time, both measured in the same round under the same momentary load,
   not a ratio of two medians taken at different times. Several references may be given (the
@@ -80,8 +88,11 @@ class InterleaveSettings(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     warmup: NonNegativeInt = 3  # calls per runner before any timing (allocator, kernel choice, lazy init)
+    # untimed passes of a runner right before each of its timed passes (the module docstring): 0
+    # times each pass in the state the previous runner left; the rounds' wall time includes them
+    warm_passes: NonNegativeInt = 1
     min_rounds: PositiveInt = 10
-    min_seconds: NonNegativeFloat = 2.0  # of rounds, warm-up excluded
+    min_seconds: NonNegativeFloat = 2.0  # of rounds (their warm passes included), warm-up excluded
     max_seconds: NonNegativeFloat | None = None
     max_rounds: PositiveInt | None = None  # a cap on memory and on a clock that does not move
     tolerance: PositiveFloat = STABLE_TOLERANCE  # settled: the ~95% interval within ±tolerance of the median
@@ -189,7 +200,7 @@ class InterleavedResult(BaseModel):
     timings: dict[str, RunnerTiming]  # by runner name
     speedups: dict[str, dict[str, Speedup]]  # runner → reference → its speedup (a reference's over itself is 1)
     rounds: int
-    seconds: float  # of rounds, warm-up excluded
+    seconds: float  # of rounds (warm passes included), warm-up excluded
     stable: bool  # False: stopped at max_seconds (or max_rounds) with `unsettled` not settled
     unsettled: list[str] = []  # runner names and `runner/reference` pairs
     errors: dict[str, str] = {}  # runner → why it was dropped (it raised); its times are discarded
@@ -278,9 +289,12 @@ def measure_interleaved(
     active = dict(runners)
     errors: dict[str, str] = {}
 
-    def call(name: str) -> float | None:
-        """One timed pass (ms), or None when the runner raised (and is dropped)."""
+    def call(name: str, warm: int = 0) -> float | None:
+        """One timed pass (ms) after `warm` untimed ones, or None when the runner raised (and is dropped)."""
         try:
+            for _ in range(warm):
+                active[name]()
+                sync()
             t0 = clock()
             active[name]()
             sync()  # a GPU call returns before its kernels finish: time the work, not the launch
@@ -310,7 +324,7 @@ def measure_interleaved(
         unsettled: list[str] = []
         while active:
             for name in next(orders):
-                if name in active and (ms := call(name)) is not None:
+                if name in active and (ms := call(name, settings.warm_passes)) is not None:
                     times[name].append(ms)
             rounds += 1
             for name in [n for n in times if n not in active]:

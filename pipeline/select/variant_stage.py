@@ -342,23 +342,25 @@ def _address(path: Path, store: WorkStore | None) -> str:
 
 
 def variant_job(spec: SweepSpec, students: Mapping[str, Path], teacher: Path, out_dir: Path, dev: DevRows,
-                store: WorkStore | None = None) -> VariantJob:
-    """The job for the teacher and `students` (trial_id → folder) under `spec`'s selection."""
+                store: WorkStore | None = None, interleave: Mapping[str, Any] | None = None) -> VariantJob:
+    """The job for the teacher and `students` (trial_id → folder) under `spec`'s selection;
+    `interleave`: `InterleaveSettings` fields over the spec's (a benchmark's knobs)."""
     latency = spec.selection.latency
     remote = store is not None and store.is_remote
     return VariantJob(
         models={TEACHER: _address(teacher, store), **{t: _address(p, store) for t, p in students.items()}},
         runtimes=list(spec.selection.runtimes), shapes=[(s.batch_size, s.seq_length) for s in latency.shapes], dev=dev,
-        out=_address(out_dir / VARIANTS_DIR, store), interleave=InterleaveSettings.from_latency(latency).model_dump(),
+        out=_address(out_dir / VARIANTS_DIR, store), interleave=InterleaveSettings.from_latency(latency, **(interleave or {})).model_dump(),
         device=latency.device, threads=latency.threads, location=store.location if remote and store is not None else None,
     )
 
 
 def variants_step(spec: SweepSpec, students: Mapping[str, Path], teacher: Path | None, out_dir: Path, log: Log = print,
-                  *, store: WorkStore | None = None) -> pd.DataFrame | None:
+                  *, store: WorkStore | None = None, interleave: Mapping[str, Any] | None = None) -> pd.DataFrame | None:
     """`<out_dir>/variants.parquet` for the teacher and the timed `students`, or None when the
     spec wants no variants, there is nothing to compare, or the step as a whole could not run
-    (said in the log: the stage goes on without it). Variant failures are rows, not exceptions."""
+    (said in the log: the stage goes on without it). Variant failures are rows, not exceptions.
+    `interleave`: see `variant_job`."""
     from pipeline.prepare.data import task_spec
     from pipeline.select.dev_set import DEV_SPLIT
     from pipeline.select.evaluate import labelled_split
@@ -372,7 +374,7 @@ def variants_step(spec: SweepSpec, students: Mapping[str, Path], teacher: Path |
         return None
     try:
         dev = DevRows.of(labelled_split(spec, DEV_SPLIT), task_spec(spec.task), spec.task.max_seq_length)
-        job = variant_job(spec, students, teacher, out_dir, dev, store)
+        job = variant_job(spec, students, teacher, out_dir, dev, store, interleave)
         log(f"variants: {len(job.models)} model(s) × {', '.join(job.runtimes)} at "
             f"{', '.join(s.label for s in selection.latency.shapes)}, scored on {len(dev.labels)} dev rows")
         outcome = on_one_node(run_variant_job, job_dict(job), selection.latency, log)

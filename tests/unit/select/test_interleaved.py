@@ -69,7 +69,9 @@ def busy_runner(ms: float, factor: Callable[[int], float] = lambda k: 1.0) -> Ca
 
 
 def settings(**kw) -> InterleaveSettings:
-    return InterleaveSettings(**{"warmup": 2, "min_rounds": 5, "min_seconds": 0.0, "max_seconds": 10.0, **kw})
+    """No warm passes unless a test asks: most tests count calls and seconds of timed passes alone
+    (the warm passes have their own tests)."""
+    return InterleaveSettings(**{"warmup": 2, "min_rounds": 5, "min_seconds": 0.0, "max_seconds": 10.0, "warm_passes": 0, **kw})
 
 
 # ----------------------------------------------------------------------------------------------
@@ -129,6 +131,53 @@ def test_load_on_real_busy_waits_still_gives_the_ratio():
                                  settings(warmup=1, min_rounds=20, max_rounds=20))
     assert result.rounds == 20
     assert 1.8 <= result.speedups["a"]["b"].median <= 2.2
+
+
+def cache_runners(clock: FakeClock, calls: list[str], cold: float, warm: dict[str, float]) -> dict[str, Callable[[], None]]:
+    """Runners that take `cold` seconds when another runner ran last (its state in the caches)
+    and their own `warm[name]` when they ran last themselves."""
+
+    def runner(name: str) -> Callable[[], None]:
+        def run() -> None:
+            clock.now += warm[name] if calls and calls[-1] == name else cold
+            calls.append(name)
+
+        return run
+
+    return {name: runner(name) for name in warm}
+
+
+def test_each_timed_pass_follows_an_untimed_pass_of_the_same_runner():
+    clock, calls = FakeClock(), []
+    runners = cache_runners(clock, calls, cold=20 * UNIT, warm={"student": 2 * UNIT, "teacher": 4 * UNIT})
+    result = measure_interleaved(runners, "teacher", settings(warmup=1, min_rounds=6, max_rounds=6, warm_passes=1), clock=clock)
+
+    rounds = calls[2:]  # after one warm-up call each
+    assert len(rounds) == 2 * 2 * 6 and all(rounds[i] == rounds[i + 1] for i in range(0, len(rounds), 2))
+    assert result.timings["student"].p50_ms == result.timings["student"].p90_ms == pytest.approx(2000 * UNIT)
+    assert result.timings["teacher"].p50_ms == pytest.approx(4000 * UNIT)
+    assert result.speedups["student"]["teacher"].interval == Interval(2.0, 2.0)
+    own = {"student": 2, "teacher": 4}
+    wall = sum(own[c] if calls[i - 1] == c else 20 for i, c in enumerate(calls) if i >= 2)
+    assert result.seconds == pytest.approx(wall * UNIT) and wall > 2 * 6 * (2 + 4)  # the warm passes take wall time too
+
+
+def test_without_warm_passes_a_runner_is_timed_in_the_state_the_previous_one_left():
+    clock, calls = FakeClock(), []
+    runners = cache_runners(clock, calls, cold=20 * UNIT, warm={"student": 2 * UNIT, "teacher": 4 * UNIT})
+    result = measure_interleaved(runners, "teacher", settings(warmup=1, min_rounds=6, max_rounds=6, warm_passes=0), clock=clock)
+    # the order rotates, so a runner sometimes follows itself across rounds: some passes are warm
+    student = result.round_times_ms["student"]
+    assert {round(ms / (1000 * UNIT)) for ms in student} == {2, 20}
+    assert result.speedups["student"]["teacher"].median != 2.0  # the cold state hides the 2x
+
+
+def test_warm_passes_are_synchronized_like_timed_ones():
+    clock = FakeClock()
+    synced: list[float] = []
+    result = measure_interleaved({"a": fake_runner(clock, lambda k: UNIT), "b": fake_runner(clock, lambda k: UNIT)}, "a",
+                                 settings(warmup=1, warm_passes=2), synchronize=lambda: synced.append(clock.now), clock=clock)
+    assert len(synced) == 2 * (1 + 3 * result.rounds)  # a GPU pass's queued kernels never spill into the timed one
 
 
 # ----------------------------------------------------------------------------------------------
@@ -230,6 +279,7 @@ def test_settings():
         InterleaveSettings(min_rounds=10, max_rounds=5)
     from_spec = InterleaveSettings.from_latency(LatencyConfig(warmup=4, min_runs=12, min_seconds=3.0), seed=7)
     assert (from_spec.warmup, from_spec.min_rounds, from_spec.min_seconds, from_spec.seed) == (4, 12, 3.0, 7)
+    assert InterleaveSettings().warm_passes == from_spec.warm_passes == 1
 
 
 # ----------------------------------------------------------------------------------------------
