@@ -32,6 +32,14 @@ ROOT = Path(__file__).resolve().parents[1]
 SHARED_GLUE = ROOT.parent / "shared" / "data" / "glue"
 
 
+def non_negative(text: str) -> int:
+    """An argparse type: a count of passes (a usage error, not a traceback, for -1)."""
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected 0 or more, got {value}")
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workdir", default="runs")
@@ -40,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shapes", default="32x64")
     parser.add_argument("--min-seconds", type=float, default=None, help="timing window per shape (default: the spec's)")
     parser.add_argument("--threads", type=int, default=None, help="intra-op threads per runner (default: the spec's)")
-    parser.add_argument("--warm-passes", type=int, default=None,
+    parser.add_argument("--warm-passes", type=non_negative, default=None,
                         help="untimed passes before each timed one (default: the stage's, 1; 0: timed in the state "
                              "the previous runner left)")
     parser.add_argument("--out", default=None)

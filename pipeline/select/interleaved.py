@@ -18,11 +18,9 @@ benchmark harness does it differently, and so does this module:
 - **each runner warm in its own state** (`InterleaveSettings.warm_passes`): every timed pass
   follows an untimed pass of the same runner, so it finds the caches, pages and thread pools as a
   server of that one model would, not as the previous runner left them. Timed straight after
-  another model, a pass carried that model's state: the quickstart's int8 3-layer student took
-  51-65 ms at 32x64 that way and 45 ms warm, its teacher 263 ms eager against 186 ms, and the
-  speedups moved with whatever ran before (eager 1.67, int8 1.79 within one run; 1.98 and 1.95
-  warm, intervals ±1.5% against ±3-5%: `benchmarks/select_load.py --warm-passes 0` and `1`,
-  docs/runtimes.md).
+  another model, a pass pays for that model's state: the quickstart's int8 3-layer student took
+  59.4 ms at 32x64 that way and 47.7-49.4 ms warm, the eager teacher 232 ms against 215 ms
+  (`benchmarks/select_load.py --warm-passes 0` and `1`, benchmarks/RESULTS.md).
 - **ratios within a round** (`Speedup`): a speedup is the median over rounds of
   reference_time / runner_time, both measured in the same round under the same momentary load,
   not a ratio of two medians taken at different times. Several references may be given (the
@@ -98,7 +96,8 @@ class InterleaveSettings(BaseModel):
     tolerance: PositiveFloat = STABLE_TOLERANCE  # settled: the ~95% interval within ±tolerance of the median
     seed: int = 0  # of the round order
     # min_seconds and max_seconds per runner: the window is them × the number of runners, so each
-    # runner is timed about as long as `selection.latency` would time it alone (`from_latency`). A
+    # runner runs about as long as `selection.latency` would time it alone (`from_latency`; with a
+    # warm pass, half of that is timed: wall time is what the user budgets). A
     # fixed window shared by N runners gives each 1/N of it: the select stage's four 32x64 runners
     # of the quickstart (teacher ~0.3 s a pass) stopped at the 10-round minimum, unsettled, with
     # intervals of ±50% (benchmarks/select_load.py with the spec's 2 s, 2026-12-02).

@@ -321,6 +321,21 @@ def test_a_runner_that_raises_is_dropped_and_the_others_go_on():
     assert any("broken: dropped" in line for line in logged)
 
 
+def test_a_runner_that_raises_in_a_warm_pass_is_dropped_like_in_a_timed_one():
+    clock = FakeClock()
+    counter = itertools.count()
+
+    def broken() -> None:
+        if next(counter) == 4:  # warm-up 2 calls, then warm pass 2, timed 3, warm pass 4
+            raise RuntimeError("out of memory")
+        clock.now += UNIT
+
+    runners = {"a": fake_runner(clock, lambda k: UNIT), "broken": broken}
+    result = measure_interleaved(runners, "a", settings(warm_passes=1), clock=clock)
+    assert result.errors == {"broken": "RuntimeError: out of memory"}
+    assert set(result.round_times_ms) == {"a"} and result.timings["a"].rounds == result.rounds
+
+
 def test_references_must_be_runners():
     with pytest.raises(ValueError, match="teacher"):
         measure_interleaved({"a": lambda: None}, "teacher")
