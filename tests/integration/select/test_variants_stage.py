@@ -135,3 +135,16 @@ def test_nothing_to_build_beyond_eager_fp32_at_one_shape_skips_the_step(tmp_path
     assert not variants_wanted(smoke.selection) and variants_wanted(SPEC.selection)
     assert variants_step(smoke, {"s": tmp_path}, tmp_path, tmp_path, pytest.fail) is None
     assert not (tmp_path / "variants.parquet").exists()
+
+
+def test_the_job_times_with_one_warm_pass_unless_a_benchmark_overrides_it(tmp_path):
+    from pipeline.select.interleaved import InterleaveSettings
+    from pipeline.select.variant_stage import variant_job
+
+    dev = DevRows(["a"], None, [0], ["accuracy"], "accuracy", False, 16)
+    default = InterleaveSettings.model_validate(variant_job(SPEC, {"s": tmp_path / "s"}, tmp_path / "t", tmp_path, dev).interleave)
+    cold = InterleaveSettings.model_validate(
+        variant_job(SPEC, {"s": tmp_path / "s"}, tmp_path / "t", tmp_path, dev, interleave={"warm_passes": 0}).interleave)
+    assert (default.warm_passes, cold.warm_passes) == (1, 0)
+    assert default.model_copy(update={"warm_passes": 0}) == cold  # the spec's window and rounds kept
+    assert cold.per_runner and cold.min_seconds == SPEC.selection.latency.min_seconds
