@@ -61,14 +61,6 @@ SPEEDUPS = (("vs_teacher_eager", "×eager"), ("vs_teacher_same_runtime", "×same
 Log = Callable[[str], None]
 
 
-def non_negative(text: str) -> int:
-    """An argparse type: a count of passes (a usage error, not a traceback, for -1)."""
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected 0 or more, got {value}")
-    return value
-
-
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workdir", type=Path, default=Path("runs"))
@@ -82,7 +74,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--max-eval", type=int, help="score on a seeded subsample of this many dev rows")
     parser.add_argument("--out", type=Path, help="for the ONNX files (default <workdir>/<sweep>/runtimes-bench)")
     parser.add_argument("--warmup", type=int, default=3, help="calls per runner before timing")
-    parser.add_argument("--warm-passes", type=non_negative, default=1, help="untimed passes of a runner before each timed one")
+    parser.add_argument("--warm-passes", type=int, choices=range(4), default=1, help="untimed passes of a runner before each timed one")
     parser.add_argument("--min-rounds", type=int, default=10)
     parser.add_argument("--min-seconds", type=float, default=20.0, help="of interleaved rounds, per shape")
     parser.add_argument("--max-seconds", type=float, default=120.0, help="per shape, settled or not")

@@ -32,14 +32,6 @@ ROOT = Path(__file__).resolve().parents[1]
 SHARED_GLUE = ROOT.parent / "shared" / "data" / "glue"
 
 
-def non_negative(text: str) -> int:
-    """An argparse type: a count of passes (a usage error, not a traceback, for -1)."""
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected 0 or more, got {value}")
-    return value
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workdir", default="runs")
@@ -48,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shapes", default="32x64")
     parser.add_argument("--min-seconds", type=float, default=None, help="timing window per shape (default: the spec's)")
     parser.add_argument("--threads", type=int, default=None, help="intra-op threads per runner (default: the spec's)")
-    parser.add_argument("--warm-passes", type=non_negative, default=None,
+    parser.add_argument("--warm-passes", type=int, choices=range(4), default=None,
                         help="untimed passes before each timed one (default: the stage's, 1; 0: timed in the state "
                              "the previous runner left)")
     parser.add_argument("--out", default=None)
@@ -61,17 +53,19 @@ def main(argv: list[str] | None = None) -> int:
 
     from pipeline import results as results_table
     from pipeline.config import SweepSpec
+    from pipeline.select.report import current_run_dir
     from pipeline.select.variant_stage import variants_step
 
     sweep_dir = Path(args.workdir) / args.sweep
-    runs = sorted(p for p in (sweep_dir / "runs").glob("*/spec.json"))
-    if not runs:
-        print(f"{sweep_dir}: no run with a saved spec.json", file=sys.stderr)
+    run_dir = current_run_dir(sweep_dir)
+    if run_dir is None or not (run_dir / "spec.json").is_file():
+        print(f"{sweep_dir}: state.json names no run with a saved spec.json", file=sys.stderr)
         return 2
-    spec = SweepSpec.model_validate(json.loads(runs[-1].read_text()))
+    spec = SweepSpec.model_validate(json.loads((run_dir / "spec.json").read_text()))
     shapes = [s.strip() for s in args.shapes.split(",") if s.strip()]
     latency = spec.selection.latency.model_dump()
-    latency.update({"shapes": shapes, "front_shape": shapes[0]})
+    batch, _, length = shapes[0].partition("x")  # the front shape, and the single-shape fields with it
+    latency.update({"shapes": shapes, "front_shape": shapes[0], "batch_size": int(batch), "seq_length": int(length)})
     if args.min_seconds is not None:
         latency["min_seconds"] = args.min_seconds
     if args.threads is not None:

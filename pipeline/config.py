@@ -526,8 +526,8 @@ class LatencyConfig(_Model):
     """
 
     device: Literal["cpu", "cuda"] = "cpu"
-    batch_size: PositiveInt = 32  # the front's shape (`front_shape`), as fields
-    seq_length: PositiveInt = 64
+    batch_size: PositiveInt = DEFAULT_FRONT[0]  # the front's shape (`front_shape`), as fields
+    seq_length: PositiveInt = DEFAULT_FRONT[1]
     shapes: Annotated[list[Shape], Field(min_length=1)] = [Shape.model_validate(shape) for shape in DEFAULT_SHAPES]
     front_shape: Shape = Shape(batch_size=32, seq_length=64)  # see the docstring for its default
     threads: PositiveInt | None = None

@@ -131,7 +131,10 @@ class StudentTextClassifier(PythonModel):
 
             warnings.warn(f"this model was timed on {self.device}, which this machine does not have: it runs on the CPU", stacklevel=2)
             self.device = "cpu"
-        model = AutoModelForSequenceClassification.from_pretrained(folder, trust_remote_code=trust).eval()
+        # loaded in the dtype, then every float cast, as the variants step loaded what it measured
+        # (`runtimes.load_model`): the peak memory and parity it recorded are this model's
+        kwargs = {"dtype": dtype} if dtype is not None else {}
+        model = AutoModelForSequenceClassification.from_pretrained(folder, trust_remote_code=trust, **kwargs).eval()
         self.model = (model.to(dtype) if dtype is not None else model).to(self.device)
         self.tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=trust)  # it reads config.json too
         self.max_length = config.get("max_length")

@@ -10,7 +10,6 @@ import importlib.util
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -264,18 +263,14 @@ def test_a_consumer_without_torch_transformers_or_drydock_loads_the_champion(reg
     assert result["pair_labels"] == labels and result["pair_scores"] == pytest.approx(scores, abs=1e-5)
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def test_mlflow_models_serve_answers_as_the_session_does(registry, expected, tmp_path):
     """`mlflow models serve -m models:/NAME@champion --env-manager local`: the CLI runs
     `bash -c "exec uvicorn ..."`, so `uvicorn` is found on PATH, not beside the `mlflow` it was
     started with (mlflow/pyfunc/scoring_server/__init__.py, get_cmd): the venv's bin goes first."""
     bin_dir = Path(sys.executable).parent
-    port = _free_port()
+    from pipeline.search.ray_instance import free_port
+
+    port = free_port()
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env.update(MLFLOW_TRACKING_URI=registry.uri, PATH=f"{bin_dir}{os.pathsep}{env.get('PATH', '')}")
     log = tmp_path / "serve.log"
