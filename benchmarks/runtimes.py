@@ -179,7 +179,8 @@ class DevSet:
 def dev_set(spec_path: Path, max_eval: int | None) -> DevSet:
     """The dev rows as the select stage reads them (optionally subsampled, seeded)."""
     from pipeline.config import load_spec
-    from pipeline.prepare.data import subsample, task_spec
+    from pipeline.prepare.sources import subsample
+    from pipeline.prepare.tasks import task_spec
     from pipeline.select.evaluate import labelled_split
 
     if "GLUE_DIR" not in os.environ and (SHARED_GLUE / "SST-2").is_dir():

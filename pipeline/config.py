@@ -178,7 +178,7 @@ class TaskConfig(_Model):
     text_columns: list[str] | None = None
     label_column: str = "label"
     # None with a hub dataset: the names of its ClassLabel column, read when the sweep pins the
-    # task (`pipeline.prepare.data.pinned_task`) and written into the spec every stage receives
+    # task (`pipeline.prepare.hub_datasets.pinned_task`) and written into the spec every stage receives
     label_names: list[str] | None = None
     num_labels: PositiveInt | None = None
     regression: bool = False

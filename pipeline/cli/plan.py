@@ -37,7 +37,7 @@ from pipeline.config import SweepSpec, TaskConfig, TrainConfig, teacher_config
 # The same figure predicts the quickstart's teacher stage (500 steps: 9.3 minutes; measured 9).
 CPU_FLOPS_PER_THREAD = 5.8e10
 
-# The GLUE release's folder of each task (the layout `pipeline.prepare.data` reads; a test keeps
+# The GLUE release's folder of each task (the layout `pipeline.prepare.glue_dir` reads; a test keeps
 # the two equal). CoLA's train.tsv has no header row.
 GLUE_FOLDERS = {"cola": "CoLA", "sst2": "SST-2", "mrpc": "MRPC", "stsb": "STS-B", "qqp": "QQP", "mnli": "MNLI",
                 "qnli": "QNLI", "rte": "RTE"}

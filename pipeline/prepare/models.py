@@ -89,7 +89,7 @@ def load_tokenizer(ref: str, revision: str | None = None) -> PreTrainedTokenizer
 
 def tokenizer_id(tokenizer: PreTrainedTokenizerBase) -> str:
     """A content hash of the tokenizer (vocabulary and pipeline, not its call-time state)."""
-    from pipeline.prepare.data import tokenizer_digest
+    from pipeline.prepare.fingerprint import tokenizer_digest
 
     return tokenizer_digest(tokenizer)[:16]
 

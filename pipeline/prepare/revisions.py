@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from pipeline.config import SweepSpec
-from pipeline.prepare.data import dataset_revision, pinned_task
+from pipeline.prepare.hub_datasets import dataset_revision, pinned_task
 from pipeline.prepare.models import teacher_revision
 
 

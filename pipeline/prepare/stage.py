@@ -14,17 +14,11 @@ from transformers import AutoTokenizer, PreTrainedTokenizerBase
 from methods.base import TaskInfo
 from pipeline.config import SweepSpec
 from pipeline.prepare.cache import CacheDamaged, atomic_dir, check_cache, digest, discard, unreadable_as_damaged
-from pipeline.prepare.data import (
-    PreparedData,
-    data_folder_name,
-    load_prepared_data,
-    load_raw,
-    prepare_data,
-    tokenizer_digest,
-    train_texts,
-)
+from pipeline.prepare.fingerprint import tokenizer_digest
 from pipeline.prepare.models import load_tokenizer
+from pipeline.prepare.sources import load_raw, train_texts
 from pipeline.prepare.text_tokenizer import train_wordpiece
+from pipeline.prepare.tokenized import PreparedData, data_folder_name, load_prepared_data, prepare_data
 
 
 @dataclass

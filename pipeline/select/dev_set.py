@@ -73,7 +73,7 @@ def rows_fingerprint(rows: datasets.Dataset) -> str:
 
 
 def dev_set_of(spec: SweepSpec, rows: datasets.Dataset) -> DevSet:
-    from pipeline.prepare.data import task_spec
+    from pipeline.prepare.tasks import task_spec
 
     task = task_spec(spec.task)
     labels = None if task.regression else tuple(task.label_names)

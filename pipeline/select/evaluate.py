@@ -12,7 +12,7 @@ No unchecked code runs: a folder loads with `trust_remote_code=True` only when i
 and a registry version is loaded with its `code_sha256` tag (kept in the tracking database, not
 beside the code) for the pyfunc to hold the logged folder's code to.
 
-The split is read like the sweep read it (`pipeline.prepare.data.load_raw`, then the same seeded
+The split is read like the sweep read it (`pipeline.prepare.sources.load_raw`, then the same seeded
 `max_eval_samples` subsample), so `--split dev` reproduces the sweep's dev metric for the
 folder a trial exported. GLUE's test splits carry no labels (the benchmark's server holds them):
 asking for one is an error, not a score of zero.
@@ -112,7 +112,8 @@ def registered_code(ref: str, uri: str) -> dict[str, str] | None:
 
 def labelled_split(spec: SweepSpec, split: str):
     """The raw split (text_a[, text_b], label), subsampled as the sweep's evaluation was."""
-    from pipeline.prepare.data import load_raw, subsample, task_spec
+    from pipeline.prepare.sources import load_raw, subsample
+    from pipeline.prepare.tasks import task_spec
 
     task = task_spec(spec.task)
     if split == "test":
@@ -125,9 +126,9 @@ def labelled_split(spec: SweepSpec, split: str):
 
 def with_label_names(spec: SweepSpec) -> SweepSpec:
     """A custom hub task may leave its label names to the dataset's ClassLabel column: the sweep
-    pins them into the spec it hands on (`pipeline.prepare.data.pinned_task`), and so does
+    pins them into the spec it hands on (`pipeline.prepare.hub_datasets.pinned_task`), and so does
     `drydock eval` for a spec as the user wrote it, so predicted names map to the same indices."""
-    from pipeline.prepare.data import pinned_task, reads_hub_label_names
+    from pipeline.prepare.hub_datasets import pinned_task, reads_hub_label_names
 
     if reads_hub_label_names(spec.task):
         return spec.model_copy(update={"task": pinned_task(spec.task)})
@@ -136,7 +137,7 @@ def with_label_names(spec: SweepSpec) -> SweepSpec:
 
 def _test_split(spec: SweepSpec):
     """A files source's `task.files.test`, or the hub split `task.splits.test` names."""
-    from pipeline.prepare.data import load_test_split
+    from pipeline.prepare.sources import load_test_split
 
     cfg = spec.task
     source = cfg.resolved_source()
@@ -184,7 +185,7 @@ def label_indices(predicted: pd.Series, label_names: tuple[str, ...]) -> np.ndar
 def evaluate(ref: str, spec: SweepSpec, split: str = "dev", tracking_uri: str | None = None, rows=None) -> EvalResult:
     """`rows`: the split's rows when the caller has read them already (the select stage scores
     several versions on one dev set)."""
-    from pipeline.prepare.data import task_spec
+    from pipeline.prepare.tasks import task_spec
 
     spec = with_label_names(spec)
     task = task_spec(spec.task)

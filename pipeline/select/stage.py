@@ -43,8 +43,8 @@ import pandas as pd
 
 from pipeline import results as results_table
 from pipeline.config import SweepSpec
-from pipeline.prepare.data import task_spec
 from pipeline.prepare.model_card import write_card
+from pipeline.prepare.tasks import task_spec
 from pipeline.select.dev_set import DEV_SPLIT, DevSet, dev_set_of
 from pipeline.select.evaluate import evaluate, labelled_split
 from pipeline.select.latency import LatencyRecord, Measurement, Timings, fill_latency, measure_all, save_record

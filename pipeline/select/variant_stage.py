@@ -361,7 +361,7 @@ def variants_step(spec: SweepSpec, students: Mapping[str, Path], teacher: Path |
     spec wants no variants, there is nothing to compare, or the step as a whole could not run
     (said in the log: the stage goes on without it). Variant failures are rows, not exceptions.
     `interleave`: see `variant_job`."""
-    from pipeline.prepare.data import task_spec
+    from pipeline.prepare.tasks import task_spec
     from pipeline.select.dev_set import DEV_SPLIT
     from pipeline.select.evaluate import labelled_split
     from pipeline.select.latency import on_one_node

@@ -18,9 +18,9 @@ from typing import Any
 from methods import get_method
 from methods.base import MethodParams
 from pipeline.config import SweepSpec, default_params
-from pipeline.prepare.data import prepare_unlabeled
 from pipeline.prepare.revisions import source_revisions
 from pipeline.prepare.stage import Prepared, prepare
+from pipeline.prepare.tokenized import prepare_unlabeled
 from pipeline.training import loop
 from pipeline.training.context import method_context
 from pipeline.training.export import ExportMismatch, export_student, verify_saved

@@ -124,7 +124,7 @@ def test_variants_of_the_teacher_and_the_students(tmp_path, tiny_tokenizer, monk
 
 
 def _dev(spec):
-    from pipeline.prepare.data import task_spec
+    from pipeline.prepare.tasks import task_spec
     from pipeline.select.evaluate import labelled_split
 
     return labelled_split(spec, "dev"), task_spec(spec.task), spec.task.max_seq_length

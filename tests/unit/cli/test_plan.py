@@ -138,9 +138,9 @@ def test_a_given_teacher_is_not_fine_tuned(tmp_path):
 
 
 def test_glue_folders_match_the_data_stage():
-    from pipeline.prepare import data
+    from pipeline.prepare import glue_dir
 
-    layouts = data._GLUE_LAYOUTS  # the data stage's own table: the plan must look where it reads
+    layouts = glue_dir._GLUE_LAYOUTS  # the data stage's own table: the plan must look where it reads
     assert plan_module.GLUE_FOLDERS == {name: layout.folder for name, layout in layouts.items()}
     assert plan_module.HEADERLESS == {name for name, layout in layouts.items() if layout.names is not None}
 

@@ -15,7 +15,7 @@ import pytest
 from pipeline.config import TaskConfig, spec_from_dict
 from pipeline.errors import DrydockError
 from pipeline.prepare import cache
-from pipeline.prepare.data import load_prepared_data, prepare_data, prepare_unlabeled
+from pipeline.prepare.tokenized import load_prepared_data, prepare_data, prepare_unlabeled
 from pipeline.training import teacher as teacher_module
 from pipeline.training.export import save_student
 from tests.conftest import make_tiny_bert

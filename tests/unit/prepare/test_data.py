@@ -14,8 +14,10 @@ import pytest
 
 from pipeline.config import TaskConfig
 from pipeline.errors import DataError
-from pipeline.prepare import data
-from pipeline.prepare.data import GLUE, load_raw, prepare_data, prepare_unlabeled, subsample, task_spec, train_texts
+from pipeline.prepare import fingerprint, sources, synthetic, tokenized
+from pipeline.prepare.sources import load_raw, subsample, train_texts
+from pipeline.prepare.tasks import GLUE, task_spec
+from pipeline.prepare.tokenized import prepare_data, prepare_unlabeled
 
 # ----------------------------------------------------------------------------------------------
 # GLUE layouts, written the way the official release writes them
@@ -286,7 +288,7 @@ def test_custom_integer_labels_need_only_num_labels(tmp_path):
 def test_a_labelled_test_file_is_read_like_train_and_dev(tmp_path):
     cfg = files_cfg(tmp_path, "csv")
     labelled = write_rows(tmp_path / "test.csv", ROWS[1:], "csv")
-    split = data.load_test_split(cfg.model_copy(update={"files": cfg.files.model_copy(update={"test": str(labelled)})}))
+    split = sources.load_test_split(cfg.model_copy(update={"files": cfg.files.model_copy(update={"test": str(labelled)})}))
     assert split["text_a"][:] == ["is it bad?", "maybe?"] and split["text_b"][:] == ["no", "who knows"]
     assert split["label"][:] == [0, 1]
 
@@ -296,9 +298,9 @@ def test_a_test_file_without_labels_cannot_be_scored(tmp_path):
     unlabelled = write_rows(tmp_path / "test.jsonl", [{"question": "q?", "answer": "a"}], "jsonl")
     with pytest.raises(DataError, match=r"test\.jsonl: the test split has no labels \(no column 'verdict', task\.label_column\); "
                                         r"it cannot be scored"):
-        data.load_test_split(cfg.model_copy(update={"files": cfg.files.model_copy(update={"test": str(unlabelled)})}))
+        sources.load_test_split(cfg.model_copy(update={"files": cfg.files.model_copy(update={"test": str(unlabelled)})}))
     with pytest.raises(DataError, match=r"task qa has no test split \(set task\.files\.test to a labelled file\)"):
-        data.load_test_split(cfg)
+        sources.load_test_split(cfg)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -416,7 +418,7 @@ def test_synthetic_sentences_carry_only_their_own_class_cues():
     raw = load_raw(TaskConfig(name="smoke", source="synthetic", synthetic={"num_train": 200, "num_labels": 4}))
     for text, label in zip(raw["train"]["text_a"][:], raw["train"]["label"][:]):
         words = set(text.split())
-        cues = [i for i, group in enumerate(data._CUE_WORDS) if words & set(group)]
+        cues = [i for i, group in enumerate(synthetic._CUE_WORDS) if words & set(group)]
         assert cues == [label]
 
 
@@ -493,26 +495,26 @@ def test_cache_is_reused_without_retokenizing(tmp_path, tiny_tokenizer, monkeypa
 def test_fingerprint_follows_file_contents_not_size_or_mtime(tmp_path, tiny_tokenizer):
     folder = write_glue_task(tmp_path, "rte")
     cfg = glue_cfg("rte", tmp_path)
-    before = data.data_fingerprint(cfg, tiny_tokenizer)
+    before = fingerprint.data_fingerprint(cfg, tiny_tokenizer)
     train = folder / "train.tsv"
     stat = train.stat()
     train.write_text(train.read_text().replace("\tentailment", "\tentailmenT"))  # same size
     os.utime(train, ns=(stat.st_atime_ns, stat.st_mtime_ns))
     assert train.stat().st_size == stat.st_size and train.stat().st_mtime_ns == stat.st_mtime_ns
-    assert data.data_fingerprint(cfg, tiny_tokenizer) != before
+    assert fingerprint.data_fingerprint(cfg, tiny_tokenizer) != before
 
 
 def test_fingerprint_follows_tokenizer_and_settings(tmp_path, tiny_tokenizer):
     write_glue_task(tmp_path, "rte")
     cfg = glue_cfg("rte", tmp_path)
-    base = data.data_fingerprint(cfg, tiny_tokenizer)
+    base = fingerprint.data_fingerprint(cfg, tiny_tokenizer)
     tiny_tokenizer("uses the tokenizer once", truncation=True, max_length=3)  # mutates backend truncation state
-    assert data.data_fingerprint(cfg, tiny_tokenizer) == base
+    assert fingerprint.data_fingerprint(cfg, tiny_tokenizer) == base
     for change in ({"max_seq_length": 64}, {"max_train_samples": 5}, {"sample_seed": 3}):
-        assert data.data_fingerprint(cfg.model_copy(update=change), tiny_tokenizer) != base
+        assert fingerprint.data_fingerprint(cfg.model_copy(update=change), tiny_tokenizer) != base
     from pipeline.prepare.text_tokenizer import train_wordpiece
 
-    assert data.data_fingerprint(cfg, train_wordpiece(["other words entirely"], vocab_size=40)) != base
+    assert fingerprint.data_fingerprint(cfg, train_wordpiece(["other words entirely"], vocab_size=40)) != base
 
 
 def test_concurrent_writer_wins_the_rename(tmp_path):
@@ -521,7 +523,7 @@ def test_concurrent_writer_wins_the_rename(tmp_path):
         (tmp_path / "data-abc").mkdir()
         (tmp_path / "data-abc" / "theirs").write_text("y")
 
-    folder = data._cached(tmp_path, "data-abc", build_while_another_process_finishes)
+    folder = tokenized._cached(tmp_path, "data-abc", build_while_another_process_finishes)
     assert [p.name for p in folder.iterdir()] == ["theirs"]
     assert [p.name for p in tmp_path.iterdir()] == ["data-abc"]  # our scratch copy is gone
 

@@ -13,7 +13,8 @@ import pytest
 
 from pipeline.config import TaskConfig
 from pipeline.errors import DataError
-from pipeline.prepare.data import load_raw, prepare_unlabeled
+from pipeline.prepare.sources import load_raw
+from pipeline.prepare.tokenized import prepare_unlabeled
 
 GOOD = [{"question": "is it good?", "answer": "yes", "verdict": "yes"}, {"question": "is it bad?", "answer": "no", "verdict": "no"}]
 

@@ -16,20 +16,14 @@ from pydantic import ValidationError
 from pipeline.cli.main import main
 from pipeline.config import TaskConfig, spec_from_dict, spec_to_dict
 from pipeline.errors import DataError, SpecError
-from pipeline.prepare.data import (
-    SOURCE_FILE,
-    data_fingerprint,
-    data_folder_name,
-    load_prepared_data,
-    load_raw,
-    load_test_split,
-    pinned_task,
-    prepare_data,
-    task_spec,
-)
+from pipeline.prepare.fingerprint import data_fingerprint
+from pipeline.prepare.hub_datasets import pinned_task
 from pipeline.prepare.models import random_teacher
 from pipeline.prepare.revisions import pin_revisions, source_revisions
+from pipeline.prepare.sources import load_raw, load_test_split
 from pipeline.prepare.stage import task_info
+from pipeline.prepare.tasks import task_spec
+from pipeline.prepare.tokenized import SOURCE_FILE, data_folder_name, load_prepared_data, prepare_data
 
 ROOT = Path(__file__).resolve().parents[3]
 SMOKE = ROOT / "sweeps" / "smoke.yaml"

@@ -13,8 +13,9 @@ import torch
 
 from pipeline.config import TaskConfig, TeacherConfig, load_spec
 from pipeline.errors import DataError, SpecError
-from pipeline.prepare.data import check_loaded_revision, data_fingerprint, dataset_revision
+from pipeline.prepare.fingerprint import data_fingerprint
 from pipeline.prepare.hub import resolve_revision
+from pipeline.prepare.hub_datasets import check_loaded_revision, dataset_revision
 from pipeline.prepare.models import load_pretrained, load_tokenizer, teacher_revision
 from pipeline.prepare.revisions import pin_revisions, source_revisions
 from pipeline.retrain import fingerprints
