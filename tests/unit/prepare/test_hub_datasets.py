@@ -6,6 +6,7 @@ Train worker that reads only the prepared cache."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import datasets
@@ -224,3 +225,14 @@ def test_validate_accepts_a_hub_task_without_label_names(tmp_path, capsys):
     path.write_text(yaml.safe_dump(raw))
     assert main(["validate", str(path)]) == 0
     assert "valid (sweep 'smoke', task reviews" in capsys.readouterr().out
+
+
+def test_hub_without_network_is_a_clear_error():
+    started = time.monotonic()
+    cfg = TaskConfig(name="rte", source="hub", hub_path="drydock-tests/no-such-dataset")
+    with pytest.raises(DataError) as err:
+        load_raw(cfg)
+    assert "drydock-tests/no-such-dataset (config rte)" in str(err.value)
+    assert "task.source: glue_dir" in str(err.value)
+    assert time.monotonic() - started < 20  # offline mode fails fast instead of retrying
+
