@@ -3,7 +3,7 @@ trial's step, latest metric and time left.
 
 A trial's processes log nowhere the sweep shows (`log_to_driver=False`), so its progress comes
 from its evaluation reports (step, total_steps, the metrics), which reach Tune in this process
-(`pipeline.search.relay`). `SweepBoard` keeps what those reports and Tune's trial events say and
+(`pipeline.search.trainer.ReportRelay`). `SweepBoard` keeps what those reports and Tune's trial events say and
 turns it into text: a live table on a terminal (rich redraws it from `__rich__`), plain lines in
 a log (`pipeline.training.progress` says which and why). It imports no Ray: the Tune callback
 that feeds it is `pipeline.search.tuner.SweepProgress`.

@@ -36,7 +36,7 @@ from pipeline.training.trial import run_trial
 
 
 class RayReporter:
-    """Every rank reports every evaluation; rank 0's metrics reach Tune (`pipeline.search.relay.ReportRelay`).
+    """Every rank reports every evaluation; rank 0's metrics reach Tune (`pipeline.search.trainer.ReportRelay`).
 
     DeepSpeed's checkpoint save is a collective, so every rank writes its part into its own
     temporary folder and Ray merges the ranks' folders into one checkpoint.

@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[3]
 
 def test_importing_the_trial_driver_leaves_the_model_stack_unloaded():
     code = (
-        "import json, sys, pipeline.search.driver, pipeline.search.relay; "  # relay: the Train controller's too
+        "import json, sys, pipeline.search.driver, pipeline.search.trainer; "  # trainer: the Train controller's too (ReportRelay)
         "print(json.dumps({m: m in sys.modules for m in ('transformers', 'methods', 'pipeline.search.worker', 'datasets', 'mlflow')}))"
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True).stdout
