@@ -13,7 +13,7 @@ and Ray's INFO lines (Ray's through `DRYDOCK_RAY_LOGS=1`, which also relays the 
 output: `pipeline.search.ray_instance`).
 
 A log must show a long command alive at least every 15 s: the teacher and the trials send
-heartbeats of their own every HEARTBEAT_S (`pipeline.training.progress`); for stages without
+heartbeats of their own every HEARTBEAT_S (`pipeline.training.step_bar`); for stages without
 them (preparing data, measuring latency, registering) the `Watchdog` says which stage is still
 working after WATCHDOG_S of silence, longer than a heartbeat so the two never say it together.
 """
@@ -28,8 +28,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from pipeline.training.progress import LOGGER as PROGRESS_LOGGER
-from pipeline.training.progress import Activity, activity, format_duration
+from pipeline.training.step_bar import LOGGER as PROGRESS_LOGGER
+from pipeline.training.step_bar import Activity, activity, format_duration
 
 LOGGER = "drydock"  # the stages' lines; its child PROGRESS_LOGGER carries heartbeats and the watchdog's
 VERBOSE, NORMAL, QUIET = 1, 0, -1

@@ -5,7 +5,7 @@ and a restored sweep sees exactly the same trials). Its trainable is the thin tr
 `pipeline.search.driver`, which reserves no CPU: the trial's Train workers hold the resources.
 Why the driver's reservation and the actor reuse are set as they are: `docs/search-on-ray.md`.
 Beside the caller's callback (the recorder) it attaches `SweepProgress`, which shows the search
-while it runs (`pipeline.search.progress`).
+while it runs (`pipeline.search.trial_table`).
 """
 
 from __future__ import annotations
@@ -19,12 +19,12 @@ from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, TrialScheduler
 
 from pipeline.config import SweepSpec
 from pipeline.search.driver import SearchContext, trial_driver
-from pipeline.search.progress import SweepBoard
 from pipeline.search.recorder import stand_in_callback
 from pipeline.search.space import TrialSpec
 from pipeline.search.state import RunStorage, SweepRun
-from pipeline.training.progress import display_mode
-from pipeline.training.progress import logger as progress_log
+from pipeline.search.trial_table import SweepBoard
+from pipeline.training.step_bar import display_mode
+from pipeline.training.step_bar import logger as progress_log
 
 # ASHA's time axis: what the training loop reports as `progress`, the fraction of its labeled
 # training a trial has done (pipeline.training.loop). Every method's trials meet at the same
@@ -95,7 +95,7 @@ class SweepProgress(tune.Callback):
     """Shows the search from the sweep's process, where Tune hands over every trial's events and
     reports: a live table on a terminal; in a log, a line when a trial starts or ends (with the
     done/running/pending counts), one per evaluation, and a heartbeat per running trial silent
-    for `HEARTBEAT_S`; nothing under `drydock -q` (`pipeline.training.progress.display_mode`)."""
+    for `HEARTBEAT_S`; nothing under `drydock -q` (`pipeline.training.step_bar.display_mode`)."""
 
     def __init__(self, total: int, metric_key: str) -> None:
         self.board = SweepBoard(total, metric_key)

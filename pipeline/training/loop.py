@@ -32,8 +32,8 @@ from pipeline.config import TrainConfig
 from pipeline.training.batches import BatchStream, steps_per_epoch, total_steps
 from pipeline.training.engine import Distributed, Engine, check_groups, diverged_ranks
 from pipeline.training.evaluation import evaluate
-from pipeline.training.progress import StepDisplay, display_mode
 from pipeline.training.shared import SharedWorkCache
+from pipeline.training.step_bar import StepDisplay, display_mode
 
 CHECKPOINT_FILE = "trainer_state.pt"
 
@@ -186,7 +186,7 @@ def run(
     `shared_root` and `shared_scope`: where work shared across trials is cached, and what those
     trials have in common (pipeline/training/shared.py); without a root nothing is shared.
     `progress_label`: what this run's progress is called where this process shows it
-    (`pipeline.training.progress`)."""
+    (`pipeline.training.step_bar`)."""
     dist = dist or Distributed()
     training = TrainingRun(method, train=train, dev=dev, task=task, dist=dist, reporter=reporter or LocalReporter(),
                            pad_id=pad_id, log_every=log_every)
@@ -408,7 +408,7 @@ class TrainingRun:
     def progress_bar(self, label: str) -> Iterator[None]:
         """Rank 0's steps shown while it trains (`train.progress_bar`): a bar with the latest
         metric on a terminal, a heartbeat line in a log, nothing where progress is not shown
-        (a Ray Train worker, `drydock -q`): `pipeline.training.progress.display_mode`."""
+        (a Ray Train worker, `drydock -q`): `pipeline.training.step_bar.display_mode`."""
         if self.train.progress_bar and self.dist.is_main and display_mode() != "off":
             self.display = StepDisplay(label, self.planned)
         try:

@@ -170,7 +170,7 @@ def ensure_teacher(spec: SweepSpec, prepared: Prepared, workdir: Path, log: Call
         return existing
     log(f"teacher: fine-tuning {spec.teacher.model} on {spec.task.name} (cached as {workdir / 'teachers' / teacher_key(spec, prepared)})")
     # every evaluation reaches the log as it happens; between them the loop shows its steps
-    # (pipeline.training.progress: a bar on a terminal, a heartbeat line in a log)
+    # (pipeline.training.step_bar: a bar on a terminal, a heartbeat line in a log)
     result = finetune_teacher(spec, prepared, workdir, reporter=loop.LocalReporter(echo=lambda m: log(progress_line(m))))
     assert result is not None  # a single process is rank 0
     return result

@@ -11,6 +11,7 @@ from methods import get_method
 from methods.base import MethodContext, StudentDefaults
 from pipeline.config import TrainConfig
 from pipeline.training import batches, engine, evaluation, loop
+from pipeline.training.step_bar import StepDisplay
 from tests.conftest import make_tiny_bert
 from tests.contract.test_method_contract import TASK, _Task, tiny_dataset
 
@@ -198,3 +199,26 @@ def test_a_checkpoint_holds_the_weights_once_when_the_latest_evaluation_is_the_b
     _run(method, reporter=reporter, max_steps=6, eval_every=2)
     weights = sum(v.numel() * v.element_size() for v in method.state_dict()["model"].values())
     assert sizes[1] < 1.5 * weights < sizes[2]  # the best's state and the current one: once when equal, twice apart
+
+
+def test_the_loop_reports_step_and_total_and_feeds_the_display(monkeypatch):
+    from pipeline.config import TrainConfig
+    from pipeline.training import loop
+    from tests.contract.test_method_contract import _Task, tiny_dataset
+
+    shown: list[str] = []
+
+    class Recording(StepDisplay):  # a log's display with no wait between heartbeats
+        def __init__(self, label: str, total: int) -> None:
+            super().__init__(label, total, mode="lines", every=0.0, emit=shown.append)
+
+    monkeypatch.setattr(loop, "StepDisplay", Recording)
+    monkeypatch.setattr(loop, "display_mode", lambda: "lines")
+    reporter = loop.LocalReporter()
+    train = TrainConfig(max_steps=6, batch_size=8, learning_rate=1e-3, eval_every=3, warmup_ratio=0.0)
+    loop.run(kd_method(), train_set=tiny_dataset(), dev={"dev": tiny_dataset(32, seed=1)}, task=_Task(), train=train, seed=0,
+             reporter=reporter, progress_label="kd")
+    assert [(r["step"], r["total_steps"]) for r in reporter.history] == [(3.0, 6.0), (6.0, 6.0)]
+    assert [line.split(",")[0] for line in shown] == [f"kd: {s}/6 steps" for s in range(1, 7)]
+    assert "accuracy" not in shown[2] and shown[3].startswith("kd: 4/6 steps, accuracy ")  # the evaluation at step 3
+    assert shown[-1].endswith(", finishing")

@@ -5,7 +5,7 @@ A trial's processes log nowhere the sweep shows (`log_to_driver=False`), so its 
 from its evaluation reports (step, total_steps, the metrics), which reach Tune in this process
 (`pipeline.search.trainer.ReportRelay`). `SweepBoard` keeps what those reports and Tune's trial events say and
 turns it into text: a live table on a terminal (rich redraws it from `__rich__`), plain lines in
-a log (`pipeline.training.progress` says which and why). It imports no Ray: the Tune callback
+a log (`pipeline.training.step_bar` says which and why). It imports no Ray: the Tune callback
 that feeds it is `pipeline.search.tuner.SweepProgress`.
 """
 
@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from pipeline.training.progress import Heartbeat, activity, format_duration, metric_text, progress_text, time_left
+from pipeline.training.step_bar import Heartbeat, activity, format_duration, metric_text, progress_text, time_left
 
 
 class Counts(NamedTuple):
