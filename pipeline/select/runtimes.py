@@ -72,6 +72,7 @@ import numpy as np
 
 from pipeline.errors import DrydockError
 from pipeline.prepare.metrics import compute_metrics
+from pipeline.prepare.padding import pad_batch
 from pipeline.prepare.remote_code import remote_code
 
 if TYPE_CHECKING:
@@ -580,23 +581,6 @@ def check_parity(folder: Path, variant: Variant, batch: Mapping[str, Any], *, th
             f"{tolerance:.3g} allowed for {variant.runtime} ({tolerances[variant.runtime]:g} × logit scale {scale:.3g})"
         )
     return difference
-
-
-def pad_batch(rows: Sequence[Mapping[str, Any]], pad_id: int = 0) -> dict[str, np.ndarray]:
-    """int64 arrays padded to the longest row of `rows` (as training's collate pads): each batch
-    pays for its own length, and a runtime sees the shapes it will see in serving."""
-    length = max(len(row["input_ids"]) for row in rows)
-    n = len(rows)
-    input_ids = np.full((n, length), pad_id, dtype=np.int64)
-    attention_mask = np.zeros((n, length), dtype=np.int64)
-    token_type_ids = np.zeros((n, length), dtype=np.int64)
-    for i, row in enumerate(rows):
-        k = len(row["input_ids"])
-        input_ids[i, :k] = row["input_ids"]
-        attention_mask[i, :k] = 1
-        if row.get("token_type_ids") is not None:
-            token_type_ids[i, :k] = row["token_type_ids"]
-    return {"input_ids": input_ids, "attention_mask": attention_mask, "token_type_ids": token_type_ids}
 
 
 def _rows(chunk: Any) -> list[Mapping[str, Any]]:

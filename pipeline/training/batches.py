@@ -12,24 +12,15 @@ import torch
 from torch.utils.data import DataLoader, Sampler
 
 from pipeline.config import TrainConfig
+from pipeline.prepare.padding import pad_batch
 from pipeline.training.engine import Distributed
 
 
 def collate(features: list[dict[str, Any]], pad_id: int = 0) -> dict[str, torch.Tensor]:
-    """Dynamic padding to the longest sequence of the batch: short GLUE sentences pay for
-    their own length, not for max_seq_length."""
-    length = max(len(f["input_ids"]) for f in features)
-    n = len(features)
-    input_ids = torch.full((n, length), pad_id, dtype=torch.long)
-    attention_mask = torch.zeros((n, length), dtype=torch.long)
-    token_type_ids = torch.zeros((n, length), dtype=torch.long)
-    for i, f in enumerate(features):
-        k = len(f["input_ids"])
-        input_ids[i, :k] = torch.as_tensor(f["input_ids"])
-        attention_mask[i, :k] = 1
-        if "token_type_ids" in f and f["token_type_ids"] is not None:
-            token_type_ids[i, :k] = torch.as_tensor(f["token_type_ids"])
-    batch = {"input_ids": input_ids, "attention_mask": attention_mask, "token_type_ids": token_type_ids}
+    """A training batch: the rows padded as every runtime pads them
+    (`pipeline.prepare.padding.pad_batch`), as tensors, with their labels (float32 for a
+    regression task's scores, else class indices)."""
+    batch = {name: torch.from_numpy(values) for name, values in pad_batch(features, pad_id).items()}
     if "labels" in features[0]:
         labels = [f["labels"] for f in features]
         dtype = torch.float32 if isinstance(labels[0], float) else torch.long

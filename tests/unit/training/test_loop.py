@@ -10,7 +10,7 @@ import torch
 from methods import get_method
 from methods.base import MethodContext, StudentDefaults
 from pipeline.config import TrainConfig
-from pipeline.training import batches, engine, evaluation, loop
+from pipeline.training import engine, evaluation, loop
 from pipeline.training.step_bar import StepDisplay
 from tests.conftest import make_tiny_bert
 from tests.contract.test_method_contract import TASK, _Task, tiny_dataset
@@ -30,25 +30,6 @@ def test_lr_factor_warmup_then_linear_decay():
     assert got[:2] == [0.5, 1.0]
     assert got[2:] == [pytest.approx((10 - s) / 8) for s in range(2, 10)]
     assert engine.lr_factor(7, 10, 2, "constant") == 1.0
-
-
-def test_total_steps_and_epoch_sampler_cover_every_example_once_per_epoch():
-    assert batches.total_steps(TrainConfig(epochs=2, batch_size=32), 100) == 8
-    assert batches.total_steps(TrainConfig(epochs=2, batch_size=32, max_steps=5), 100) == 5
-    ranks = [batches.EpochSampler(10, seed=3, rank=r, world_size=2).indices() for r in (0, 1)]
-    assert sorted(ranks[0] + ranks[1]) == list(range(10))
-    s = batches.EpochSampler(10, seed=3)
-    first = s.indices()
-    s.epoch = 1
-    assert s.indices() != first and sorted(s.indices()) == list(range(10))
-
-
-def test_collate_pads_dynamically():
-    batch = batches.collate([{"input_ids": [1, 2, 3], "token_type_ids": [0, 0, 1], "labels": 1}, {"input_ids": [4], "labels": 0}])
-    assert batch["input_ids"].tolist() == [[1, 2, 3], [4, 0, 0]]
-    assert batch["attention_mask"].tolist() == [[1, 1, 1], [1, 0, 0]]
-    assert batch["token_type_ids"].tolist() == [[0, 0, 1], [0, 0, 0]]
-    assert batch["labels"].dtype == torch.long
 
 
 def _run(method, reporter=None, log_every=50, **train):
