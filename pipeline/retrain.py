@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -28,6 +27,7 @@ from typing import Any
 from pipeline.config import LatencyConfig, SelectionConfig, SweepSpec, spec_to_dict
 from pipeline.errors import DrydockError
 from pipeline.lock import Locked, spec_lock
+from pipeline.workdir import atomic_write
 
 STATE_FILE = "retrain.json"
 
@@ -89,9 +89,7 @@ def _read_state(sweep_dir: Path) -> dict[str, Any]:
 
 
 def _write_state(sweep_dir: Path, state: dict[str, Any]) -> None:
-    tmp = sweep_dir / f".{STATE_FILE}.tmp"
-    tmp.write_text(json.dumps(state, indent=2))
-    os.replace(tmp, sweep_dir / STATE_FILE)
+    atomic_write(sweep_dir / STATE_FILE, json.dumps(state, indent=2))
 
 
 def retrain(spec: SweepSpec, workdir: str | Path, *, address: str | None = None,

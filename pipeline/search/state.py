@@ -33,6 +33,7 @@ from pipeline.errors import DrydockError
 from pipeline.prepare.revisions import pin_revisions
 from pipeline.storage import WorkStore
 from pipeline.tracking import SweepTracker, flatten_params
+from pipeline.workdir import atomic_write
 
 STATE_FILE = "state.json"
 SPEC_FILE = "spec.json"
@@ -99,9 +100,7 @@ def read_state(sweep_dir: Path) -> dict[str, Any]:
 
 def save_state(sweep_dir: Path, state: dict[str, Any]) -> None:
     sweep_dir.mkdir(parents=True, exist_ok=True)
-    tmp = sweep_dir / f".{STATE_FILE}.tmp"
-    tmp.write_text(json.dumps(state, indent=2))
-    os.replace(tmp, sweep_dir / STATE_FILE)
+    atomic_write(sweep_dir / STATE_FILE, json.dumps(state, indent=2))
 
 
 def open_run(spec: SweepSpec, sweep_dir: Path, resume: bool, log: Callable[[str], None], store: WorkStore | None = None) -> SweepRun:
