@@ -25,6 +25,7 @@ from pipeline.prepare.data import (
 )
 from pipeline.prepare.models import load_tokenizer
 from pipeline.prepare.text_tokenizer import train_wordpiece
+from pipeline.workdir import CACHE_DIR
 
 
 @dataclass
@@ -86,7 +87,7 @@ def _load_tokenizer(folder: Path) -> PreTrainedTokenizerBase:
 
 
 def prepare(spec: SweepSpec, workdir: Path) -> Prepared:
-    cache = workdir / "cache"
+    cache = workdir / CACHE_DIR
     tokenizer, tokenizer_dir = resolve_tokenizer(spec, cache)
     data = prepare_data(spec.task, tokenizer, cache)
     return Prepared(tokenizer=tokenizer, data=data, task=task_info(data), tokenizer_dir=tokenizer_dir)

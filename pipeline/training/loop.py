@@ -33,9 +33,8 @@ from pipeline.training.engine import Distributed, Engine, check_groups, diverged
 from pipeline.training.evaluation import evaluate
 from pipeline.training.progress import StepDisplay, display_mode
 from pipeline.training.shared import SharedWorkCache
+from pipeline.workdir import CHECKPOINT_FILE as CHECKPOINT_FILE
 from pipeline.workdir import atomic_folder
-
-CHECKPOINT_FILE = "trainer_state.pt"
 
 
 class TrainingDiverged(RuntimeError):
