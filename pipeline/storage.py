@@ -91,6 +91,13 @@ class WorkStore:
         """`key`'s address in the store: what another node opens (and Ray's storage_path takes)."""
         return f"{self.remote}/{key}" if self.remote else str(self.local / key)
 
+    def address(self, path: str | os.PathLike[str]) -> str:
+        """How any node names `path` (a path of this node): its URI in the store when the work
+        location is one and `path` lies in it, else the path itself. The one place a path's
+        address is computed: what a results row, a latency job or a variant's row records."""
+        key = self.key_of(path) if self.remote else None
+        return str(path) if key is None else self.uri(key)
+
     def path(self, key: str) -> Path:
         """`key` in this node's folder (without fetching it)."""
         return self.local / key
