@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-LOCK_FILE = ".drydock.lock"
+from pipeline.workdir import LOCK_FILE as LOCK_FILE
 
 
 class Locked(RuntimeError):

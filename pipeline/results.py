@@ -19,14 +19,14 @@ keyed by trial_id: a resumed sweep updates rows instead of duplicating them.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, cast
 
 import pandas as pd
 
-RESULTS_FILE = "results.parquet"
+from pipeline.workdir import RESULTS_FILE as RESULTS_FILE
+from pipeline.workdir import atomic_path
 
 LEADING = ["trial_id", "method", "seed", "status", "error"]
 MIDDLE = ["metric_name", "metric"]
@@ -128,6 +128,5 @@ def upsert(path: Path, rows: list[dict[str, Any]]) -> pd.DataFrame:
 
 def write(path: Path, frame: pd.DataFrame) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    frame.to_parquet(tmp, index=False)
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        frame.to_parquet(tmp, index=False)

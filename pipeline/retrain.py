@@ -2,7 +2,7 @@
 
 It answers one question cheaply — did anything that decides the result change since the last
 successful run? — by comparing fingerprints of the spec, the tokenized data and the teacher with
-those the last success recorded in `<workdir>/<name>/retrain.json`. A hub teacher or hub dataset
+those the last success recorded in `<workdir>/<name>/retrain.json` (`RETRAIN_FILE`). A hub teacher or hub dataset
 counts by the commit its revision names now (resolved once, `pipeline.prepare.revisions`, and the
 sweep then runs with those commits), so a push to its branch is a change. Nothing changed: exit 0
 in seconds and say so. Something changed: run the sweep (its stages reuse whatever is still
@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -28,8 +27,7 @@ from typing import Any
 from pipeline.config import LatencyConfig, SelectionConfig, SweepSpec, spec_to_dict
 from pipeline.errors import DrydockError
 from pipeline.lock import Locked, spec_lock
-
-STATE_FILE = "retrain.json"
+from pipeline.workdir import RETRAIN_FILE, atomic_write
 
 
 def fingerprints(spec: SweepSpec, workdir: Path, *, pinned: SweepSpec | None = None) -> dict[str, str]:
@@ -84,14 +82,12 @@ def fingerprints(spec: SweepSpec, workdir: Path, *, pinned: SweepSpec | None = N
 
 
 def _read_state(sweep_dir: Path) -> dict[str, Any]:
-    path = sweep_dir / STATE_FILE
+    path = sweep_dir / RETRAIN_FILE
     return json.loads(path.read_text()) if path.is_file() else {}
 
 
 def _write_state(sweep_dir: Path, state: dict[str, Any]) -> None:
-    tmp = sweep_dir / f".{STATE_FILE}.tmp"
-    tmp.write_text(json.dumps(state, indent=2))
-    os.replace(tmp, sweep_dir / STATE_FILE)
+    atomic_write(sweep_dir / RETRAIN_FILE, json.dumps(state, indent=2))
 
 
 def retrain(spec: SweepSpec, workdir: str | Path, *, address: str | None = None,
@@ -108,7 +104,7 @@ def retrain(spec: SweepSpec, workdir: str | Path, *, address: str | None = None,
 
         pinned = pin_revisions(spec)  # once: the fingerprints and the sweep see the same commits
         current = fingerprints(spec, workdir, pinned=pinned)
-        store.fetch(f"{spec.name}/{STATE_FILE}", fresh=True)  # a URI's record, as the last success left it
+        store.fetch(f"{spec.name}/{RETRAIN_FILE}", fresh=True)  # a URI's record, as the last success left it
         last = _read_state(sweep_dir)
         if last.get("fingerprints") == current:
             return "unchanged", {"since": last.get("finished_at"), "champion": last.get("champion")}
@@ -120,7 +116,7 @@ def retrain(spec: SweepSpec, workdir: str | Path, *, address: str | None = None,
             raise RuntimeError("no trial finished; nothing to select or register")
         champion = _champion(spec, workdir)
         _write_state(sweep_dir, {"fingerprints": current, "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S"), "champion": champion})
-        store.push(f"{spec.name}/{STATE_FILE}")
+        store.push(f"{spec.name}/{RETRAIN_FILE}")
         return "retrained", {"changed": changed, "trials": len(frame), "finished": len(finished), "champion": champion}
 
 

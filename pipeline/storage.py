@@ -38,6 +38,7 @@ from urllib.parse import urlparse
 import pyarrow.fs as pafs
 
 from pipeline.errors import DrydockError
+from pipeline.workdir import atomic_folder, atomic_path
 
 CACHE_ENV = "DRYDOCK_CACHE_DIR"
 # Written last into every folder pushed: an object store shows a folder's first files while the
@@ -89,6 +90,13 @@ class WorkStore:
     def uri(self, key: str) -> str:
         """`key`'s address in the store: what another node opens (and Ray's storage_path takes)."""
         return f"{self.remote}/{key}" if self.remote else str(self.local / key)
+
+    def address(self, path: str | os.PathLike[str]) -> str:
+        """How any node names `path` (a path of this node): its URI in the store when the work
+        location is one and `path` lies in it, else the path itself. The one place a path's
+        address is computed: what a results row, a latency job or a variant's row records."""
+        key = self.key_of(path) if self.remote else None
+        return str(path) if key is None else self.uri(key)
 
     def path(self, key: str) -> Path:
         """`key` in this node's folder (without fetching it)."""
@@ -156,28 +164,20 @@ class WorkStore:
         if local.exists() and not fresh:
             return local
         fs, base = _filesystem(self.remote)
-        if _kind(fs, base, key) == pafs.FileType.NotFound:  # absent, or a folder still being pushed
+        kind = _kind(fs, base, key)
+        if kind == pafs.FileType.NotFound:  # absent, or a folder still being pushed
             if fresh and local.is_file():
                 local.unlink()  # the store is the record: a stale copy must not speak for it
             return None
         local.parent.mkdir(parents=True, exist_ok=True)
-        scratch = local.with_name(f".{local.name}.fetch-{os.getpid()}-{time.time_ns()}")
-        try:
+        if kind == pafs.FileType.File:
+            with atomic_path(local) as scratch:
+                _copy(fs, f"{base}/{key}", pafs.LocalFileSystem(), str(scratch))
+            return local
+        # a folder another process of this node fetched first stays: theirs is the same
+        with atomic_folder(local, replace=fresh, create=False) as scratch:
             _copy(fs, f"{base}/{key}", pafs.LocalFileSystem(), str(scratch))
-            if scratch.is_dir():
-                (scratch / COMPLETE).unlink(missing_ok=True)  # the store's mark, not part of the folder
-                if local.is_dir() and fresh:
-                    shutil.rmtree(local)
-            try:
-                os.replace(scratch, local)
-            except OSError:  # another process of this node fetched it first: theirs is the same
-                if not local.exists():
-                    raise
-        finally:
-            if scratch.is_dir():
-                shutil.rmtree(scratch, ignore_errors=True)
-            elif scratch.exists():
-                scratch.unlink()
+            (scratch / COMPLETE).unlink(missing_ok=True)  # the store's mark, not part of the folder
         return local
 
     def push(self, key: str) -> None:

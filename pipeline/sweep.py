@@ -37,6 +37,7 @@ from pipeline.select.latency import check_latency_nodes
 from pipeline.select.stage import select_stage
 from pipeline.storage import WorkStore
 from pipeline.tracking import TRACKING_DB, SweepTracker, uses_default_store
+from pipeline.workdir import ARTIFACTS_DIR, CACHE_DIR
 
 # Runs started before the recorder left this module pickled their Tune callback (tuner.pkl) as a
 # call to `pipeline.sweep._stand_in_callback`: the name stays so that `--resume` unpickles them.
@@ -61,11 +62,11 @@ def run_sweep(spec: SweepSpec, workdir: str | Path, *, resume: bool = False, add
     own_tracking = store.is_remote and uses_default_store(spec)
     if own_tracking and store.exists(TRACKING_DB):  # the sweep's SQLite store, kept in the work location
         store.fetch(TRACKING_DB, fresh=True)
-    tracker = SweepTracker(spec, local, artifact_root=store.uri("mlartifacts") if store.is_remote else None)  # a wrong URI fails here
+    tracker = SweepTracker(spec, local, artifact_root=store.uri(ARTIFACTS_DIR) if store.is_remote else None)  # a wrong URI fails here
 
     t0 = time.time()
     prepared = prepare(spec, local)
-    folders = prepared.folders(local / "cache")
+    folders = prepared.folders(local / CACHE_DIR)
     for name in folders.values():
         if not store.exists(f"cache/{name}"):  # content-keyed: one upload per location, not per sweep
             store.push(f"cache/{name}")

@@ -30,6 +30,8 @@ from mlflow.exceptions import MlflowException
 from pipeline.config import SweepSpec
 from pipeline.errors import DrydockError
 from pipeline.results import flatten
+from pipeline.workdir import ARTIFACTS_DIR
+from pipeline.workdir import TRACKING_DB as TRACKING_DB
 
 logging.getLogger("mlflow").setLevel(logging.WARNING)  # no schema-migration chatter
 
@@ -37,7 +39,6 @@ TRIAL_TAG = "drydock.trial_id"
 SWEEP_TAG = "drydock.sweep"
 PARENT_TAG = "mlflow.parentRunId"
 MAX_BATCH = 900  # MLflow's log_batch limit is 1000 metrics
-TRACKING_DB = "mlflow.db"  # the default store, in the work directory
 PROBE_TIMEOUT_S = 10  # the first call to a tracking server: no answer within this is "unreachable"
 GATEWAY_DOWN = (502, 503, 504)  # a proxy answering for a tracking server that is not there
 
@@ -109,7 +110,7 @@ def ensure_experiment(client: MlflowClient, name: str, workdir: Path, artifact_r
     uri = client.tracking_uri if hasattr(client, "tracking_uri") else mlflow.get_tracking_uri()
     location = None
     if str(uri).startswith(("sqlite:", "file:", "/")):
-        location = artifact_root or (workdir / "mlartifacts").resolve().as_uri()
+        location = artifact_root or (workdir / ARTIFACTS_DIR).resolve().as_uri()
     try:
         return client.create_experiment(name, artifact_location=location)
     except mlflow.exceptions.MlflowException:

@@ -76,8 +76,8 @@ def where_to_look(spec: SweepSpec, store: WorkStore, champion: Callable[[str, st
     printed where they are kept (a folder or a URI). `champion(uri, name)`: the champion's
     version (default: asked of the registry)."""
     from pipeline.select.champion import CHAMPION
-    from pipeline.select.report import PARETO_PNG, REPORT_HTML, REPORT_MD
     from pipeline.tracking import tracking_uri
+    from pipeline.workdir import PARETO_PNG, REPORT_HTML, REPORT_MD, RESULTS_FILE
 
     name = spec.name
     report = [store.uri(f"{name}/{REPORT_MD}")]
@@ -95,7 +95,7 @@ def where_to_look(spec: SweepSpec, store: WorkStore, champion: Callable[[str, st
     except Exception as e:  # noqa: BLE001 - the sweep is done; a registry that fails to answer only loses this line's version
         held = f" (version not looked up: {type(e).__name__})"
     return "\n".join([
-        f"results:  {store.uri(f'{name}/results.parquet')}",
+        f"results:  {store.uri(f'{name}/{RESULTS_FILE}')}",
         f"report:   {report[0]}", *(f"          {more}" for more in report[1:]),
         f"plot:     {store.uri(f'{name}/{PARETO_PNG}')}",
         f"mlflow:   {mlflow}",

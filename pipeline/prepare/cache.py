@@ -30,13 +30,13 @@ import json
 import logging
 import os
 import shutil
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from pipeline.errors import DrydockError
+from pipeline.workdir import atomic_folder, scratch_name
 
 logger = logging.getLogger(__name__)
 
@@ -117,7 +117,7 @@ def unreadable_as_damaged(folder: Path, remedy: str = REBUILT, what: str = "cach
 def discard(folder: Path, problem: str) -> None:
     """Move a damaged cache aside (one rename: readers see it whole or gone), then delete it."""
     logger.warning("cache: %s is damaged (%s); rebuilding it", folder, problem)
-    aside = folder.with_name(f".{folder.name}.damaged-{os.getpid()}-{time.time_ns()}")
+    aside = scratch_name(folder, "damaged")
     try:
         os.rename(folder, aside)
     except FileNotFoundError:  # another process moved it first
@@ -162,28 +162,18 @@ def _safetensors_problem(path: Path) -> str | None:
     return None
 
 
-def atomic_dir(final: Path, build: Callable[[Path], object], *, deep: bool = True) -> Path:
-    """Build into a temporary sibling, write its manifest, then rename: readers see all of it or
-    nothing. An existing folder is reused if it passes its check (`deep`: hashes too), else it is
-    discarded and built again."""
+def atomic_dir(final: Path, build: Callable[[Path], object], *, deep: bool = True, create: bool = False) -> Path:
+    """Build into a temporary sibling (`create`: made before `build` runs, else `build` makes
+    it), write its manifest, then rename: readers see all of it or nothing. An existing folder is
+    reused if it passes its check (`deep`: hashes too), else it is discarded and built again."""
     if final.exists():
         problem = cache_problem(final, deep=deep)
         if problem is None:
             return final
         discard(final, problem)
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = final.with_name(f".{final.name}.tmp-{time.time_ns()}")
-    try:
+    with atomic_folder(final, create=create) as tmp:  # another process that finishes first wins: theirs is as good as ours
         build(tmp)
         write_manifest(tmp)
-        try:
-            tmp.rename(final)
-        except OSError:  # another process finished first: theirs is as good as ours
-            if not final.exists():
-                raise
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
     return final
 
 

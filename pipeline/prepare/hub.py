@@ -15,12 +15,11 @@ rather than to an older download. A commit sha needs no resolving.
 
 from __future__ import annotations
 
-import os
 import re
-import uuid
 from pathlib import Path
 
 from pipeline.errors import DrydockError
+from pipeline.workdir import atomic_write
 
 COMMIT = re.compile(r"[0-9a-f]{40}")
 DEFAULT_REVISION = "main"
@@ -86,8 +85,6 @@ def _remember(repo_id: str, repo_type: str, revision: str, sha: str) -> None:
         if ref.is_file() and ref.read_text().strip() == sha:
             return
         ref.parent.mkdir(parents=True, exist_ok=True)
-        tmp = ref.with_name(f".{ref.name}.{uuid.uuid4().hex}")
-        tmp.write_text(sha)
-        os.replace(tmp, ref)
+        atomic_write(ref, sha)
     except OSError:
         pass

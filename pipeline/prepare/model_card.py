@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import struct
 from pathlib import Path
 from typing import Any, Protocol
@@ -30,6 +29,7 @@ from huggingface_hub import EvalResult, ModelCard, ModelCardData, metadata_load
 
 from pipeline.prepare.models import is_hub_model, resolve_model_ref
 from pipeline.prepare.remote_code import CODE_DIGEST_KEY, CODE_FILES_KEY, METADATA_FILE, named_code
+from pipeline.workdir import atomic_write
 
 CARD_FILE = "README.md"
 FOLDER = "path/to/this/folder"  # how the loading snippets name the folder: it moves after export
@@ -334,14 +334,7 @@ def write_card(folder: Path, latency: LatencyFigures | None = None, *, speedup: 
     never sees half a card."""
     folder = Path(folder)
     card = render_card(folder, latency, speedup=speedup)
-    tmp = folder / f".{CARD_FILE}.{os.getpid()}.tmp"  # open(), not mkstemp: the card gets the umask's mode, as its neighbours
-    try:
-        tmp.write_text(card.content, encoding="utf-8")
-        os.replace(tmp, folder / CARD_FILE)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    return folder / CARD_FILE
+    return atomic_write(folder / CARD_FILE, card.content)
 
 
 def read_card(folder: Path) -> ModelCard:

@@ -19,6 +19,7 @@ from pipeline.prepare.models import load_tokenizer
 from pipeline.prepare.sources import load_raw, train_texts
 from pipeline.prepare.text_tokenizer import train_wordpiece
 from pipeline.prepare.tokenized import PreparedData, data_folder_name, load_prepared_data, prepare_data
+from pipeline.workdir import CACHE_DIR
 
 
 @dataclass
@@ -80,7 +81,7 @@ def _load_tokenizer(folder: Path) -> PreTrainedTokenizerBase:
 
 
 def prepare(spec: SweepSpec, workdir: Path) -> Prepared:
-    cache = workdir / "cache"
+    cache = workdir / CACHE_DIR
     tokenizer, tokenizer_dir = resolve_tokenizer(spec, cache)
     data = prepare_data(spec.task, tokenizer, cache)
     return Prepared(tokenizer=tokenizer, data=data, task=task_info(data), tokenizer_dir=tokenizer_dir)

@@ -5,18 +5,16 @@ outcome or the new one, never half of one."""
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
-OUTCOME_FILE = "outcome.json"
+from pipeline.workdir import OUTCOME_FILE as OUTCOME_FILE
+from pipeline.workdir import atomic_write
 
 
 def write_outcome(output_dir: Path, outcome: dict[str, Any]) -> None:
     output_dir.mkdir(parents=True, exist_ok=True)
-    tmp = output_dir / f".{OUTCOME_FILE}.tmp"
-    tmp.write_text(json.dumps(outcome, indent=2, default=str))
-    os.replace(tmp, output_dir / OUTCOME_FILE)
+    atomic_write(output_dir / OUTCOME_FILE, json.dumps(outcome, indent=2, default=str))
 
 
 def read_outcome(trial_dir: Path) -> dict[str, Any] | None:

@@ -32,6 +32,7 @@ from pipeline.search.state import SweepPaths
 from pipeline.storage import WorkStore
 from pipeline.tracking import SweepTracker
 from pipeline.training.export import VERIFY_FILE, ExportMismatch, Verifier, load_reference, verify_export
+from pipeline.workdir import METRICS_FILE, STUDENT_DIR
 
 logger = logging.getLogger(__name__)
 
@@ -423,7 +424,7 @@ class SweepRecorder(tune.Callback):
         outcome = read_outcome(trial_dir)
         if store is not None and key is not None and outcome is not None and outcome.get("status") == "finished":
             # fresh: an attempt that failed on this node may have left an export a retry replaced
-            for name in ("student", VERIFY_FILE, "metrics.json"):
+            for name in (STUDENT_DIR, VERIFY_FILE, METRICS_FILE):
                 store.fetch(f"{key}/{name}", fresh=True)
         return outcome
 

@@ -33,9 +33,9 @@ from pipeline.errors import DrydockError
 from pipeline.prepare.revisions import pin_revisions
 from pipeline.storage import WorkStore
 from pipeline.tracking import SweepTracker, flatten_params
+from pipeline.workdir import RUNS_DIR, SPEC_FILE, STATE_FILE, TRAIN_DIR, TRIALS_DIR, TUNE_DIR, atomic_write, run_dir
+from pipeline.workdir import read_state as read_state
 
-STATE_FILE = "state.json"
-SPEC_FILE = "spec.json"
 # What a resumed run may be given differently: how many checkpoints it keeps, and the hub commits
 # (a branch may have moved since; the run keeps the commits it started with, `run_revisions`).
 RESUME_MAY_DIFFER = frozenset({"train.keep_checkpoints", "teacher.revision", "task.hub_revision"})
@@ -48,11 +48,11 @@ class SweepPaths:
 
     @property
     def run_dir(self) -> Path:
-        return self.sweep_dir / "runs" / self.run_id
+        return run_dir(self.sweep_dir, self.run_id)
 
     @property
     def trials_dir(self) -> Path:
-        return self.run_dir / "trials"
+        return self.run_dir / TRIALS_DIR
 
     @property
     def spec_file(self) -> Path:
@@ -92,16 +92,9 @@ class RunStorage:
         return f"{self.root}/{self.tune_name}"
 
 
-def read_state(sweep_dir: Path) -> dict[str, Any]:
-    f = sweep_dir / STATE_FILE
-    return json.loads(f.read_text()) if f.is_file() else {}
-
-
 def save_state(sweep_dir: Path, state: dict[str, Any]) -> None:
     sweep_dir.mkdir(parents=True, exist_ok=True)
-    tmp = sweep_dir / f".{STATE_FILE}.tmp"
-    tmp.write_text(json.dumps(state, indent=2))
-    os.replace(tmp, sweep_dir / STATE_FILE)
+    atomic_write(sweep_dir / STATE_FILE, json.dumps(state, indent=2))
 
 
 def open_run(spec: SweepSpec, sweep_dir: Path, resume: bool, log: Callable[[str], None], store: WorkStore | None = None) -> SweepRun:
@@ -118,7 +111,7 @@ def open_run(spec: SweepSpec, sweep_dir: Path, resume: bool, log: Callable[[str]
     run = SweepRun(SweepPaths(sweep_dir, state["run_id"] if resuming else time.strftime("%Y%m%d-%H%M%S")), resuming, state, store,
                    opened_at=time.time())
     if resuming and remote and store is not None:
-        store.fetch(f"{spec.name}/runs/{run.paths.run_id}/{SPEC_FILE}", fresh=True)
+        store.fetch(f"{spec.name}/{RUNS_DIR}/{run.paths.run_id}/{SPEC_FILE}", fresh=True)
     if resuming:
         check_resumable(spec, run.paths.spec_file, run.paths.run_id)
     return run
@@ -176,9 +169,9 @@ def run_storage(spec: SweepSpec, paths: SweepPaths, store: WorkStore | None = No
         root = spec.resources.storage_path.rstrip("/")
         return RunStorage(root, f"{spec.name}-{paths.run_id}-tune", f"{root}/{spec.name}-{paths.run_id}-train")
     if store is not None and store.is_remote:  # Ray reads and writes the URI itself
-        root = store.uri(f"{spec.name}/runs/{paths.run_id}")
-        return RunStorage(root, "tune", f"{root}/train")
-    return RunStorage(str(paths.run_dir), "tune", str(paths.run_dir / "train"))
+        root = store.uri(f"{spec.name}/{RUNS_DIR}/{paths.run_id}")
+        return RunStorage(root, TUNE_DIR, f"{root}/{TRAIN_DIR}")
+    return RunStorage(str(paths.run_dir), TUNE_DIR, str(paths.run_dir / TRAIN_DIR))
 
 
 def push_run_files(run: SweepRun) -> None:
@@ -193,11 +186,11 @@ def push_run_files(run: SweepRun) -> None:
         return not p.name.startswith(".") and p.stat().st_mtime >= run.opened_at - 1
 
     for child in sorted(run.paths.sweep_dir.iterdir()):
-        if child.name != "runs" and written(child) and (child.is_file() or any(f.is_file() for f in child.rglob("*"))):
+        if child.name != RUNS_DIR and written(child) and (child.is_file() or any(f.is_file() for f in child.rglob("*"))):
             store.push(f"{sweep_key}/{child.name}")
     for child in sorted(run.paths.run_dir.iterdir()) if run.paths.run_dir.is_dir() else []:
         if child.is_file() and written(child):
-            store.push(f"{sweep_key}/runs/{run.paths.run_id}/{child.name}")
+            store.push(f"{sweep_key}/{RUNS_DIR}/{run.paths.run_id}/{child.name}")
 
 
 Backfill = Callable[[SweepTracker, Path, WorkStore | None], int]  # `pipeline.search.recorder.record_pending`
@@ -243,12 +236,12 @@ def start_run(run: SweepRun, spec: SweepSpec, tracker: SweepTracker, params: dic
     if not run.resuming:
         close_previous(run, tracker, log, backfill)
     if not run.resuming and paths.results.exists() and run.previous_run_id:
-        previous = paths.sweep_dir / "runs" / run.previous_run_id
+        previous = run_dir(paths.sweep_dir, run.previous_run_id)
         previous.mkdir(parents=True, exist_ok=True)  # a URI's mirror on a fresh node has only the files it fetched
         os.replace(paths.results, previous / results_table.RESULTS_FILE)
         if run.store is not None and run.store.is_remote:  # the store's table moves too: a --resume reads it
             sweep_key = run.store.key_of(paths.sweep_dir)
-            run.store.push(f"{sweep_key}/runs/{run.previous_run_id}/{results_table.RESULTS_FILE}")
+            run.store.push(f"{sweep_key}/{RUNS_DIR}/{run.previous_run_id}/{results_table.RESULTS_FILE}")
             run.store.delete(f"{sweep_key}/{results_table.RESULTS_FILE}")
     if run.resuming and run.state.get("parent_run_id"):
         tracker.parent_id = run.state["parent_run_id"]

@@ -27,6 +27,7 @@ from pipeline.search.worker import teacher_worker
 from pipeline.storage import WorkStore
 from pipeline.training.engine import effective_strategy
 from pipeline.training.teacher import TeacherResult, ensure_teacher, existing_teacher, progress_line, teacher_key
+from pipeline.workdir import TEACHERS_DIR
 
 
 def teacher_stage(
@@ -84,7 +85,7 @@ def finetune_teacher_on_workers(
     strategy = effective_strategy(r.strategy, r.workers_per_trial)
     log(f"teacher: fine-tuning {spec.teacher.model} on {spec.task.name} on {r.workers_per_trial} Train worker(s) "
         f"({'one process' if strategy == 'none' else strategy}, {'GPU' if r.use_gpu else 'CPU'}), "
-        f"cached as {store.uri('teachers/' + key)}")
+        f"cached as {store.uri(f'{TEACHERS_DIR}/{key}')}")
     # a divergence is written here by rank 0 instead of raised (a Train retry would diverge again)
     outcome_key = f"teachers/.run-{key}"
     store.delete(outcome_key)  # an earlier run's divergence must not speak for this one
@@ -104,6 +105,6 @@ def finetune_teacher_on_workers(
     store.fetch(f"teachers/{key}")
     result = existing_teacher(spec, prepared, store.local)
     if result is None:
-        raise DrydockError(f"teacher: the Train workers finished but {store.uri('teachers/' + key)} holds no teacher: "
+        raise DrydockError(f"teacher: the Train workers finished but {store.uri(f'{TEACHERS_DIR}/{key}')} holds no teacher: "
                            "a --workdir folder must be one filesystem shared by every node (or give a URI: s3://…, file://…)")
     return TeacherResult(result.path, result.metrics, reused=False, key=result.key)

@@ -36,13 +36,14 @@ from pipeline.prepare.model_card import write_card
 from pipeline.prepare.remote_code import code_record, remote_code
 from pipeline.prepare.stage import Prepared
 from pipeline.training.batches import collate
+from pipeline.workdir import STUDENT_DIR
+from pipeline.workdir import VERIFY_FILE as VERIFY_FILE
 
 # method, parameters, metrics, teacher, data fingerprint and, for a hub teacher or hub data, the
 # commit each was loaded at (`teacher_revision`, `data_revision`): what a registry version is tagged with;
 # also the task's name and the method's summary, which the model card (README.md) is rendered from
 METADATA_FILE = "drydock.json"
 VERIFY_ATOL = 1e-4
-VERIFY_FILE = "verify.safetensors"  # the reference batch and logits, beside a trial's student
 
 # Runs in the fresh process. drydock's packages are poisoned in sys.modules first, so a
 # folder that secretly needs drydock fails here instead of on a consumer's machine. It serves
@@ -253,7 +254,7 @@ def export_student(method: Method, prepared: Prepared, output_dir: Path, metadat
     student = method.export()
     total, encoder = count_parameters(student)
     sizes = {"num_params": total, "num_params_encoder": encoder}
-    save_student(student, prepared.tokenizer, output_dir / "student", prepared.task, {**metadata, **sizes})
+    save_student(student, prepared.tokenizer, output_dir / STUDENT_DIR, prepared.task, {**metadata, **sizes})
     save_reference(output_dir / VERIFY_FILE, batch, expected)
     return sizes
 
@@ -261,4 +262,4 @@ def export_student(method: Method, prepared: Prepared, output_dir: Path, metadat
 def verify_saved(output_dir: Path, verifier: Verifier | None = None) -> float:
     """`verify_export` of `output_dir/student` against the reference saved beside it."""
     batch, expected = load_reference(output_dir / VERIFY_FILE)
-    return verify_export(output_dir / "student", expected, batch, verifier)
+    return verify_export(output_dir / STUDENT_DIR, expected, batch, verifier)

@@ -16,7 +16,6 @@ business (`pipeline.training.engine`), never a method's.
 from __future__ import annotations
 
 import random
-import shutil
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -34,8 +33,8 @@ from pipeline.training.engine import Distributed, Engine, check_groups, diverged
 from pipeline.training.evaluation import evaluate
 from pipeline.training.shared import SharedWorkCache
 from pipeline.training.step_bar import StepDisplay, display_mode
-
-CHECKPOINT_FILE = "trainer_state.pt"
+from pipeline.workdir import CHECKPOINT_FILE as CHECKPOINT_FILE
+from pipeline.workdir import atomic_folder
 
 
 class TrainingDiverged(RuntimeError):
@@ -66,12 +65,8 @@ class LocalReporter:
         if self.echo:
             self.echo(metrics)
         if save_checkpoint is not None and self.checkpoint_dir is not None:
-            tmp = self.checkpoint_dir.with_name(self.checkpoint_dir.name + ".tmp")
-            tmp.mkdir(parents=True, exist_ok=True)
-            save_checkpoint(tmp)
-            if self.checkpoint_dir.exists():
-                shutil.rmtree(self.checkpoint_dir)
-            tmp.rename(self.checkpoint_dir)
+            with atomic_folder(self.checkpoint_dir, replace=True) as tmp:  # a crash mid-save keeps the last one
+                save_checkpoint(tmp)
 
     def resume_from(self) -> Path | None:
         d = self.checkpoint_dir

@@ -23,8 +23,6 @@ import fcntl
 import hashlib
 import json
 import os
-import shutil
-import uuid
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -33,6 +31,7 @@ import torch
 
 from methods.base import Method, Phase, SharedWork
 from pipeline.training.engine import Distributed
+from pipeline.workdir import atomic_folder
 
 
 def artifact_name(method_name: str, scope: str, key: Mapping[str, Any]) -> str:
@@ -102,16 +101,10 @@ class SharedWorkCache:
 
     def _publish(self) -> None:
         assert self.folder is not None
-        scratch = self.folder.with_name(f".{self.folder.name}.{uuid.uuid4().hex}")
-        scratch.mkdir(parents=True)
-        try:
+        # one rename: readers see all of it or nothing; an abandoned folder of the earlier cache
+        # (see _published) is replaced
+        with atomic_folder(self.folder, replace=True) as scratch:
             self.method.save_shared(scratch)
-            if self.folder.is_dir():  # an abandoned folder of the earlier cache (see _published)
-                shutil.rmtree(self.folder)
-            os.rename(scratch, self.folder)  # one step: readers see all of it or nothing
-        except BaseException:
-            shutil.rmtree(scratch, ignore_errors=True)
-            raise
         self.close()
 
 

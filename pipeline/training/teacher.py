@@ -24,6 +24,7 @@ from pipeline.prepare.stage import Prepared
 from pipeline.training import engine, loop
 from pipeline.training.context import method_context
 from pipeline.training.export import save_student
+from pipeline.workdir import TEACHERS_DIR
 
 TEACHER_SEED = 0
 TEACHER_DAMAGED = "teacher: the fine-tuned teacher in"  # how a damaged cached teacher is named (`existing_teacher`)
@@ -107,7 +108,7 @@ def existing_teacher(spec: SweepSpec, prepared: Prepared, workdir: Path) -> Teac
         metrics = json.loads(metrics_file.read_text()) if metrics_file.is_file() else {}
         return TeacherResult(path, metrics, reused=True, key="given")
     key = teacher_key(spec, prepared)
-    final = workdir / "teachers" / key
+    final = workdir / TEACHERS_DIR / key
     if (final / "teacher_metrics.json").is_file():
         # Checked against the manifest written with it, sizes and sha256: once per sweep, on the
         # driver (a second of hashing per GB, memoised), never at a trial's start. One written
@@ -132,7 +133,7 @@ def finetune_teacher(
     sweep computed (a Train worker on another node may not see a local teacher folder it hashes)."""
     dist = dist or engine.Distributed()
     key = key or teacher_key(spec, prepared)
-    final = workdir / "teachers" / key
+    final = workdir / TEACHERS_DIR / key
     train = teacher_train_config(spec)
     ctx = method_context(spec, prepared, None, learning_rate=train.learning_rate)
     pretrained = ctx.load_pretrained()

@@ -114,3 +114,16 @@ def test_a_folder_whose_push_did_not_finish_is_not_there(tmp_path, monkeypatch):
     store.delete("teachers/k")
     assert not store.exists("teachers/k") and not (root / "teachers" / "k").exists() and not teacher.exists()
 
+
+
+def test_a_path_is_addressed_by_the_store_only_when_the_store_is_a_uri(tmp_path, monkeypatch):
+    folder = WorkStore.open(tmp_path / "runs")
+    student = folder.local / "s" / "runs" / "r1" / "trials" / "t0" / "student"
+    assert folder.address(student) == str(student)  # a folder is its own place of record
+    monkeypatch.setenv("DRYDOCK_CACHE_DIR", str(tmp_path / "node"))
+    uri = WorkStore.open((tmp_path / "bucket").as_uri())
+    mirrored = uri.path("s/runs/r1/trials/t0/student")
+    assert uri.address(mirrored) == f"{uri.remote}/s/runs/r1/trials/t0/student"  # what another node opens
+    assert uri.address(str(mirrored)) == uri.address(mirrored)
+    outside = tmp_path / "elsewhere" / "teacher"
+    assert uri.address(outside) == str(outside)  # not in the store: only this node's path names it

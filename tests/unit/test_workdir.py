@@ -1,0 +1,107 @@
+"""The work location's contract (`pipeline.workdir`): a write is whole or not at all, and a
+writer that dies mid-write leaves the old file and nothing a reader or a push would take."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from pipeline import workdir
+from pipeline.workdir import atomic_folder, atomic_path, atomic_write, current_run_dir, read_state
+
+
+class Crash(RuntimeError):
+    pass
+
+
+def _names(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir())
+
+
+def test_atomic_write_replaces_the_file_and_leaves_no_scratch(tmp_path):
+    target = tmp_path / "state.json"
+    atomic_write(target, "old")
+    atomic_write(target, b"new")
+    assert target.read_text() == "new"
+    assert _names(tmp_path) == ["state.json"]
+
+
+def test_a_crash_mid_write_keeps_the_old_file_whole_and_removes_the_scratch(tmp_path):
+    target = tmp_path / "results.parquet"
+    target.write_text("old table")
+    with pytest.raises(Crash), atomic_path(target) as tmp:
+        tmp.write_text("half a tab")
+        assert tmp.parent == tmp_path and tmp.name.startswith(".results.parquet.")  # hidden: a push skips it
+        raise Crash
+    assert target.read_text() == "old table"
+    assert _names(tmp_path) == ["results.parquet"]
+
+
+def test_the_written_file_gets_the_umask_mode_like_its_neighbours(tmp_path):
+    old = os.umask(0o022)
+    try:
+        path = atomic_write(tmp_path / "README.md", "card")
+    finally:
+        os.umask(old)
+    assert path.stat().st_mode & 0o777 == 0o644
+
+
+def test_two_writers_never_share_a_scratch_name(tmp_path):
+    target = tmp_path / "outcome.json"
+    with atomic_path(target) as a, atomic_path(target) as b:
+        assert a != b
+        a.write_text("a")
+        b.write_text("b")
+    assert target.read_text() == "a"  # the outer block renamed last
+
+
+def test_atomic_folder_publishes_whole_or_not_at_all(tmp_path):
+    final = tmp_path / "cache" / "data-1"
+    with pytest.raises(Crash), atomic_folder(final) as scratch:
+        (scratch / "part").write_text("half")
+        assert not final.exists()
+        raise Crash
+    assert not final.exists() and _names(tmp_path / "cache") == []
+    with atomic_folder(final) as scratch:
+        (scratch / "part").write_text("whole")
+    assert (final / "part").read_text() == "whole" and _names(tmp_path / "cache") == ["data-1"]
+
+
+def test_a_folder_another_process_published_first_is_kept(tmp_path):
+    final = tmp_path / "data-1"
+    with atomic_folder(final) as scratch:
+        (scratch / "ours").write_text("ours")
+        final.mkdir()
+        (final / "theirs").write_text("theirs")
+    assert _names(final) == ["theirs"] and _names(tmp_path) == ["data-1"]
+
+
+def test_replace_swaps_the_folder_and_a_failed_build_keeps_the_old_one(tmp_path):
+    final = tmp_path / "checkpoint"
+    final.mkdir()
+    (final / "step").write_text("1")
+    with pytest.raises(Crash), atomic_folder(final, replace=True) as scratch:
+        (scratch / "step").write_text("2")
+        raise Crash
+    assert (final / "step").read_text() == "1"
+    with atomic_folder(final, replace=True) as scratch:
+        (scratch / "step").write_text("2")
+    assert _names(final) == ["step"] and (final / "step").read_text() == "2"
+    assert _names(tmp_path) == ["checkpoint"]
+
+
+def test_the_run_state_names_the_current_run(tmp_path):
+    assert read_state(tmp_path) == {} and current_run_dir(tmp_path) is None
+    (tmp_path / workdir.STATE_FILE).write_text(json.dumps({"run_id": "20260101-000000", "status": "running"}))
+    assert read_state(tmp_path)["status"] == "running"
+    assert current_run_dir(tmp_path) == tmp_path / "runs" / "20260101-000000"
+
+
+def test_every_name_of_the_layout_is_declared_once():
+    names = {k: v for k, v in vars(workdir).items() if k.isupper() and isinstance(v, str)}
+    assert len(set(names.values())) == len(names), "two names for one file"
+    assert names["STATE_FILE"] == "state.json" and names["RETRAIN_FILE"] == "retrain.json"
+    assert names["RESULTS_FILE"] == "results.parquet" and names["RUNS_DIR"] == "runs"
