@@ -6,16 +6,21 @@ BIN := $(VENV)/bin
 # multi-GB CUDA build, so it is installed first and pinned here, not in pyproject.toml.
 TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.installed
+# The test venv installs the versions the cluster image pins (cluster/constraints.txt), so a
+# release on the index the day CI runs changes neither what the suite tests nor what the image
+# ships. To move to newer versions: `make setup CONSTRAINTS=`, run the suite, then regenerate the
+# pins with `.venv/bin/python cluster/freeze_constraints.py` and commit them.
+CONSTRAINTS ?= -c cluster/constraints.txt
 
 .PHONY: setup test demo lint clean
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml Makefile
+$(STAMP): pyproject.toml Makefile cluster/constraints.txt
 	$(PYTHON) -m venv --clear $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q "$(TORCH_SPEC)"
-	$(BIN)/pip install -q -e ".[dev,demo]"
+	$(BIN)/pip install -q $(CONSTRAINTS) -e ".[dev,demo]"
 	@# No DeepSpeed op is compiled: on the CPU the loop keeps DeepSpeed from building its
 	@# shared-memory all-reduce (pipeline/training/engine.py, skip_cpu_shm_build), which training never uses.
 	touch $(STAMP)
