@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import pytest
+import torch
 from pydantic import ValidationError
 
 from methods import get_method
-from methods._losses import kd_loss, task_loss
+from methods._losses import kd_loss
 from methods.base import MethodContext, Progress, StudentDefaults
 from methods.kd import KDParams
 from tests.conftest import make_batch, make_tiny_bert
@@ -24,15 +25,25 @@ def kd(**params):
     return method, teacher
 
 
-def test_the_loss_is_alpha_times_the_soft_term_plus_the_rest_times_the_labels_term():
-    method, teacher = kd(alpha=0.25, temperature=3.0)
-    batch = make_batch(batch_size=4, seq_len=8, seed=0)
-    terms = method.loss(batch, PROGRESS)
-    inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "token_type_ids")}
-    student, soft = method.model(**inputs).logits, teacher(**inputs).logits
-    assert set(terms) == {"kd", "task"}
-    assert terms["kd"].item() == pytest.approx(0.25 * kd_loss(student, soft, 3.0, False).item(), rel=1e-5)
-    assert terms["task"].item() == pytest.approx(0.75 * task_loss(student, batch["labels"], False).item(), rel=1e-5)
+def test_kd_method_combines_terms_with_alpha():
+    from methods.base import MethodContext, Progress, TaskInfo
+    from methods.kd import KnowledgeDistillation
+    from tests.conftest import make_batch, make_tiny_bert
+
+    teacher = make_tiny_bert(seed=1)
+    ctx = MethodContext(task=TaskInfo("t", 2, False), teacher=teacher, load_pretrained=make_tiny_bert)
+    method = KnowledgeDistillation({"alpha": 0.25, "temperature": 3.0, "num_layers": 2}, ctx)
+    student = method.build().eval()
+    batch = make_batch()
+    terms = method.loss(batch, Progress(0, 1, "finetune", 0, 1))
+    inputs = {k: v for k, v in batch.items() if k != "labels"}
+    zs, zt = student(**inputs).logits, teacher(**inputs).logits
+    assert torch.allclose(terms["kd"], 0.25 * kd_loss(zs, zt, 3.0, False))
+    assert torch.allclose(terms["task"], 0.75 * torch.nn.functional.cross_entropy(zs, batch["labels"]))
+    # gradients reach the student only
+    sum(terms.values()).backward()
+    assert all(p.grad is None for p in teacher.parameters())
+    assert student.classifier.weight.grad is not None
 
 
 def test_alpha_one_drops_the_labels_term_and_kd_always_needs_the_teacher():
