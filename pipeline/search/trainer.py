@@ -52,9 +52,8 @@ START_TIMEOUT_VARIABLE = "RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S"
 # One round of waiting is at most a minute (Ray's own default): a start that times out is a
 # controller failure, and the retry asks again. The patience is made of as many rounds as it
 # holds. Short rounds matter after a node is lost: a request Ray had placed on the dead node stays
-# pending until its round ends (measured: a retried trial waited its whole 450-s round after a
-# worker node was killed, `tests/integration/search/test_cluster_storage.py`; with 60-s rounds it
-# starts within a minute).
+# pending until its round ends, and the next round asks again on a live node (docs/stack-facts.md,
+# "worker-start-timeout", with what was measured).
 START_ROUND_S = 60
 
 

@@ -1,4 +1,4 @@
-"""PKD's patience loss and MiniLM's relation losses against numbers computed by hand."""
+"""Hinton KD, PKD's patience loss and MiniLM's relation losses against numbers computed by hand."""
 
 from __future__ import annotations
 
@@ -8,11 +8,13 @@ import pytest
 import torch
 
 from methods._losses import (
+    kd_loss,
     patience_loss,
     relation_kl,
     relation_log_probs,
     self_attention_relation_losses,
     split_relation_heads,
+    task_loss,
 )
 
 # --------------------------------------------------------------------------------------------
@@ -206,3 +208,38 @@ def test_relations_stay_float32_under_bf16_autocast():
     for name, value in under_autocast.items():
         assert value.dtype == torch.float32
         torch.testing.assert_close(value, reference[name])
+
+
+def test_kd_loss_matches_hand_computation():
+    # teacher logits [2, 0] at T=2 -> softmax([1, 0]) = [e/(e+1), 1/(e+1)] = [0.731059, 0.268941]
+    # student logits [0, 0] -> [0.5, 0.5]
+    # KL(t||s) = 0.731059*ln(1.462117) + 0.268941*ln(0.537883) = 0.277718 - 0.166775 = 0.110943
+    # times T^2 = 4 -> 0.443773
+    got = kd_loss(torch.tensor([[0.0, 0.0]]), torch.tensor([[2.0, 0.0]]), temperature=2.0, regression=False)
+    p = math.e / (math.e + 1)
+    expected = 4 * (p * math.log(p / 0.5) + (1 - p) * math.log((1 - p) / 0.5))
+    assert abs(float(got) - expected) < 1e-6
+    assert abs(float(got) - 0.443773) < 1e-5
+
+
+def test_kd_loss_mean_reduction_also_divides_by_the_classes():
+    # PKD's official reduction: the same example as above over its 2 classes -> 0.443773 / 2
+    got = kd_loss(torch.tensor([[0.0, 0.0]]), torch.tensor([[2.0, 0.0]]), temperature=2.0, regression=False, reduction="mean")
+    assert abs(float(got) - 0.443773 / 2) < 1e-5
+    a, b = torch.randn(4, 3), torch.randn(4, 3)
+    torch.testing.assert_close(kd_loss(a, b, 2.0, False, reduction="mean"), kd_loss(a, b, 2.0, False) / 3)
+
+
+def test_kd_loss_is_batch_mean_and_zero_for_equal_logits():
+    z = torch.randn(5, 3)
+    assert float(kd_loss(z, z, 4.0, False)) < 1e-6
+    a, b = torch.randn(1, 3), torch.randn(1, 3)
+    single = kd_loss(a, b, 2.0, False)
+    double = kd_loss(torch.cat([a, a]), torch.cat([b, b]), 2.0, False)
+    assert torch.allclose(single, double)
+
+
+def test_regression_uses_mse():
+    s, t = torch.tensor([[1.0], [2.0]]), torch.tensor([[0.0], [4.0]])
+    assert float(kd_loss(s, t, 2.0, True)) == (1 + 4) / 2
+    assert float(task_loss(s, torch.tensor([1.0, 1.0]), True)) == (0 + 1) / 2

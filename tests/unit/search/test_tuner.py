@@ -1,13 +1,23 @@
 """ASHA's time axis: the loop reports `progress` (a fraction of labeled training); the spec gives
-the grace period in epochs. One function converts, and the rungs land where the spec says."""
+the grace period in epochs. One function converts, and the rungs land where the spec says.
+
+The Tune callback that shows the search from the sweep's process, fed Tune's events by hand
+(Tune's trial objects stood in for: no Ray instance)."""
 
 from __future__ import annotations
 
+import pickle
+from dataclasses import dataclass
+from typing import Any
+
 import pytest
+from ray import tune
 from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
 
+from pipeline.cli import logs
 from pipeline.config import spec_from_dict
-from pipeline.search.tuner import TIME_ATTR, scheduler
+from pipeline.search.space import TrialSpec
+from pipeline.search.tuner import TIME_ATTR, SweepProgress, scheduler
 
 BASE = {
     "name": "t", "task": {"name": "synthetic", "source": "synthetic"},
@@ -40,3 +50,47 @@ def test_asha_compares_trials_at_fractions_of_their_labeled_training(epochs, gra
 def test_fifo_stops_nothing():
     spec = spec_from_dict({**BASE, "search": {"scheduler": "fifo"}})
     assert type(scheduler(spec, "eval/accuracy")) is FIFOScheduler
+
+
+@dataclass
+class FakeTrial:
+    config: dict[str, Any]
+    status: str = "PENDING"
+
+
+def trial(config_id: str, status: str = "PENDING") -> FakeTrial:
+    return FakeTrial({"trial": TrialSpec("kd", {"alpha": 0.5}, 0, config_id).to_dict()}, status)
+
+
+def test_a_log_gets_the_counts_each_evaluation_and_nothing_after_the_search(capsys):
+    done, first, second = trial("a", "TERMINATED"), trial("b"), trial("c")
+    trials = [done, first, second]
+    with logs.configured(logs.NORMAL):  # pytest's capture is no terminal: lines
+        progress = SweepProgress(3, "eval/accuracy")
+        assert progress.mode == "lines"
+        progress.setup(total_num_samples=3)
+        progress.on_step_begin(iteration=0, trials=trials)  # a resumed search: kd-a-s0 finished before
+        progress.on_trial_start(iteration=0, trials=trials, trial=first)
+        progress.on_trial_result(iteration=1, trials=trials, trial=first,
+                                 result={"step": 100, "total_steps": 400, "eval/accuracy": 0.8125, "progress": 0.25})
+        progress.on_trial_result(iteration=2, trials=trials, trial=first, result={"drydock_final": 1.0, "eval/accuracy": 0.85})
+        progress.on_step_end(iteration=2, trials=trials)  # within 15 s of its line: no heartbeat
+        progress.on_trial_complete(iteration=3, trials=trials, trial=first)
+        progress.on_trial_start(iteration=4, trials=trials, trial=second)
+        progress.on_trial_error(iteration=5, trials=trials, trial=second)
+        progress.on_experiment_end(trials=trials)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "search: 1 done, 1 running, 1 pending (trial kd-b-s0 started)"
+    assert lines[1].startswith("trial kd-b-s0: 100/400 steps, accuracy 0.8125, ~") and lines[1].endswith(" left")
+    assert lines[2:] == ["search: 2 done, 0 running, 1 pending", "search: 2 done, 1 running, 0 pending (trial kd-c-s0 started)",
+                         "search: 3 done, 0 running, 0 pending"]
+
+
+def test_quiet_shows_nothing_and_tuner_pkl_holds_a_stand_in(capsys):
+    with logs.configured(logs.QUIET):
+        progress = SweepProgress(1, "eval/accuracy")
+        progress.on_trial_start(iteration=0, trials=[], trial=trial("a"))
+        progress.on_step_end(iteration=0, trials=[])
+    assert progress.mode == "off" and capsys.readouterr().out == ""
+    restored = pickle.loads(pickle.dumps(progress))
+    assert type(restored) is tune.Callback  # a live display is attached again on restore, never unpickled
