@@ -256,7 +256,7 @@ def start_run(run: SweepRun, spec: SweepSpec, tracker: SweepTracker, params: dic
                                f"{tracker.uri} ({str(e).strip().splitlines()[0][:200]}); run without --resume to start a new run") from None
     else:
         tracker.start_parent(resume=False)
-        paths.spec_file.write_text(json.dumps(spec_to_dict(spec), indent=2))
+        atomic_write(paths.spec_file, json.dumps(spec_to_dict(spec), indent=2))  # a --resume compares against it
         tracker.log_parent_artifact(paths.spec_file)
         metrics = {f"teacher/{k.split('/', 1)[-1]}": v for k, v in teacher_metrics.items() if isinstance(v, (int, float))}
         tracker.log_parent(params=params, metrics=metrics)
