@@ -28,6 +28,16 @@ import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from pipeline.errors import SpecError
+from pipeline.workdir import Counts
+
+# What a field counts for in a run's records (`pipeline.workdir.Counts`): `--resume` and the
+# fingerprint `drydock retrain` compares. Unmarked fields count for both.
+HOW_IT_RUNS = Counts(resume=False, retrain=False)  # how or where a run runs, not what it studies
+# where the same study runs or keeps its records, or where an input lies (retrain fingerprints its
+# contents instead); a resumed run still keeps it
+NOT_FINGERPRINTED = Counts(retrain=False)
+KEPT_BY_THE_RUN = Counts(resume=False)  # a hub commit: a resumed run keeps the one it started with
+ADDED_LATER = Counts(added_later=True)  # at the value a spec written before it gets: the old fingerprint
 
 GLUE_TASKS = ("cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte")
 DOMAIN_KINDS = ("grid", "choice", "uniform", "loguniform", "randint")
@@ -74,9 +84,9 @@ PlainName = Annotated[str, AfterValidator(_plain_name)]
 class FilesSource(_Model):
     """Local csv/tsv/jsonl/parquet files for a custom task (or a GLUE task in another layout)."""
 
-    train: str
-    dev: str
-    test: str | None = None
+    train: Annotated[str, NOT_FINGERPRINTED]
+    dev: Annotated[str, NOT_FINGERPRINTED]
+    test: Annotated[str | None, NOT_FINGERPRINTED] = None
     format: Literal["csv", "tsv", "jsonl", "parquet"] | None = None  # None: from the suffix
 
 
@@ -167,11 +177,11 @@ class TaskConfig(_Model):
     # what is loaded, fingerprinted (a push is a change `drydock retrain` sees) and recorded.
     hub_path: str = "nyu-mll/glue"
     hub_config: str | None = None
-    hub_revision: str | None = None
+    hub_revision: Annotated[str | None, KEPT_BY_THE_RUN] = None
     # hub: the dataset split each task split reads, for datasets without a `validation` split
     # (`{dev: test}`, or a seeded `{dev: {from: train, fraction: 0.1}}`); None: the hub's usual names
     splits: HubSplits | None = None
-    glue_dir: str | None = None  # the folder holding SST-2/, RTE/, ... (or the task folder itself)
+    glue_dir: Annotated[str | None, NOT_FINGERPRINTED] = None  # the folder holding SST-2/, RTE/, ... (or the task folder itself)
     files: FilesSource | None = None
     synthetic: SyntheticSource = SyntheticSource()
     # custom tasks (and GLUE tasks read from files with other column names)
@@ -274,11 +284,11 @@ class TeacherConfig(_Model):
     # None: the tokenizer shipped with the model; a TokenizerConfig: trained offline on the data
     tokenizer: TokenizerConfig | None = None
     finetune: FinetuneSettings = FinetuneSettings()
-    finetuned: str | None = None  # a fine-tuned teacher folder: skips the teacher stage
+    finetuned: Annotated[str | None, NOT_FINGERPRINTED] = None  # a fine-tuned teacher folder: skips the teacher stage
     # a hub model's branch, tag or commit (None: main). It is resolved to a commit when a sweep
     # starts, and that commit is what is loaded, fingerprinted (a push to the branch is a change
     # `drydock retrain` sees) and recorded; pkg:, local folders and random have no revisions.
-    revision: str | None = None
+    revision: Annotated[str | None, Counts(resume=False, added_later=True)] = None
 
     @model_validator(mode="before")
     @classmethod
@@ -356,7 +366,7 @@ class TrainConfig(_Model):
     # "Checkpoint bytes per evaluation"); more only keeps earlier snapshots to look at. Ray deletes
     # the older one only after the newer one is saved. How runs keep files, not what they train:
     # `--resume` and `drydock retrain` ignore it.
-    keep_checkpoints: PositiveInt = 1
+    keep_checkpoints: Annotated[PositiveInt, HOW_IT_RUNS] = 1
 
     @field_validator("bf16", mode="before")
     @classmethod
@@ -528,17 +538,18 @@ class LatencyConfig(_Model):
     device: Literal["cpu", "cuda"] = "cpu"
     batch_size: PositiveInt = DEFAULT_FRONT[0]  # the front's shape (`front_shape`), as fields
     seq_length: PositiveInt = DEFAULT_FRONT[1]
-    shapes: Annotated[list[Shape], Field(min_length=1)] = [Shape.model_validate(shape) for shape in DEFAULT_SHAPES]
-    front_shape: Shape = Shape(batch_size=32, seq_length=64)  # see the docstring for its default
+    shapes: Annotated[list[Shape], Field(min_length=1), ADDED_LATER] = [Shape.model_validate(shape) for shape in DEFAULT_SHAPES]
+    # not in the fingerprint: batch_size and seq_length, which are, name it
+    front_shape: Annotated[Shape, NOT_FINGERPRINTED] = Shape(batch_size=32, seq_length=64)  # see the docstring for its default
     threads: PositiveInt | None = None
     warmup: NonNegInt = 3
     min_runs: PositiveInt = 10
     min_seconds: PositiveFloat = 2.0
     # Ray's name of the accelerator type to time on ("A100", "T4", "H100": the `accelerator_type:<name>`
     # resource Ray puts on a GPU node); None: the cluster's only type (cuda with several is an error)
-    accelerator_type: Annotated[str, Field(min_length=1, pattern=r"^[^:\s]+$")] | None = None
+    accelerator_type: Annotated[Annotated[str, Field(min_length=1, pattern=r"^[^:\s]+$")] | None, NOT_FINGERPRINTED] = None
     # False: one export per configuration, the seed the registry would serve; True: every seed
-    all_seeds: bool = False
+    all_seeds: Annotated[bool, ADDED_LATER] = False
 
     @model_validator(mode="before")
     @classmethod
@@ -628,7 +639,7 @@ class SelectionConfig(_Model):
     latency: LatencyConfig = LatencyConfig()
     # the runtime variants of every student and of the teacher that are built, scored, timed and
     # placed on the front (`pipeline.select.variants`); default: DEFAULT_RUNTIMES of the device
-    runtimes: list[RuntimeName] = list(DEFAULT_RUNTIMES["cpu"])  # on cuda: DEFAULT_RUNTIMES["cuda"] (`_device_default`)
+    runtimes: Annotated[list[RuntimeName], ADDED_LATER] = list(DEFAULT_RUNTIMES["cpu"])  # on cuda: DEFAULT_RUNTIMES["cuda"] (`_device_default`)
     max_latency_ms: PositiveFloat | None = None
     min_speedup: PositiveFloat | None = None
     size_objective: bool = False
@@ -676,8 +687,8 @@ class SweepSpec(_Model):
     seeds: list[Seed] = [0]
     methods: dict[str, dict[str, Any]] = {}  # none: only `drydock train --method` can use the spec
     search: SearchConfig = SearchConfig()
-    resources: ResourcesConfig = ResourcesConfig()
-    tracking: TrackingConfig = TrackingConfig()
+    resources: Annotated[ResourcesConfig, HOW_IT_RUNS] = ResourcesConfig()
+    tracking: Annotated[TrackingConfig, NOT_FINGERPRINTED] = TrackingConfig()  # where its records go
     selection: SelectionConfig = SelectionConfig()
 
     @field_validator("seeds")

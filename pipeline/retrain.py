@@ -24,10 +24,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from pipeline.config import LatencyConfig, SelectionConfig, SweepSpec, spec_to_dict
+from pipeline.config import SweepSpec
 from pipeline.errors import DrydockError
 from pipeline.lock import Locked, spec_lock
-from pipeline.workdir import RETRAIN_FILE, atomic_write
+from pipeline.workdir import RETRAIN_FILE, atomic_write, fingerprint_settings
 
 
 def fingerprints(spec: SweepSpec, workdir: Path, *, pinned: SweepSpec | None = None) -> dict[str, str]:
@@ -42,43 +42,24 @@ def fingerprints(spec: SweepSpec, workdir: Path, *, pinned: SweepSpec | None = N
     from pipeline.training.teacher import teacher_key
 
     pinned = pinned or pin_revisions(spec)
-    settings = spec_to_dict(spec)
-    for where in ("resources", "tracking"):  # the same study run elsewhere is the same study
-        settings.pop(where, None)
-    # how many checkpoints a trial keeps is not what it trains (and specs fingerprinted before
-    # the field existed keep their fingerprint)
-    settings["train"].pop("keep_checkpoints", None)
-    # Where the data and a given teacher lie is not what they are: their contents are below (the
-    # same study on a host that mounts the data elsewhere is the same study).
-    settings["task"].pop("glue_dir", None)
-    for split in ("train", "dev", "test"):
-        (settings["task"].get("files") or {}).pop(split, None)
-    settings["teacher"].pop("finetuned", None)
-    if settings["teacher"].get("revision") is None:  # specs fingerprinted before the field existed keep their fingerprint
-        settings["teacher"].pop("revision", None)
-    latency = settings.get("selection", {}).get("latency", {})
-    latency.pop("accelerator_type", None)  # which machines time the students is where it runs, not the study
-    if not latency.get("all_seeds"):  # at its default, as before the field existed
-        latency.pop("all_seeds", None)
-    # the runtime variants' fields (issue 22) at their defaults: a spec fingerprinted before they
-    # existed keeps its fingerprint, and a scheduled retrain does not rerun a whole sweep for a
-    # drydock upgrade (the registry still serves eager fp32; the variants add a report section)
-    chosen = spec.selection
-    default = SelectionConfig(latency=LatencyConfig(device=chosen.latency.device, batch_size=chosen.latency.batch_size,
-                                                    seq_length=chosen.latency.seq_length))
-    latency.pop("front_shape", None)  # batch_size and seq_length, which stay, name it
-    if chosen.latency.shapes == default.latency.shapes:
-        latency.pop("shapes", None)
-    if chosen.runtimes == default.runtimes:
-        settings.get("selection", {}).pop("runtimes", None)
     prepared = prepare(pinned, workdir)
     given = spec.teacher.finetuned
     return {
-        "spec": hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16],
+        "spec": spec_fingerprint(spec),
         "data": prepared.data.fingerprint,
         # a given teacher by its files: a nightly-refreshed checkpoint at the same path is a change
         "teacher": teacher_key(pinned, prepared) if not given else f"given:{folder_digest(Path(given))}",
     }
+
+
+def spec_fingerprint(spec: SweepSpec) -> str:
+    """The spec's part of the fingerprints: its fields that decide the study, as the spec's fields
+    declare it (`pipeline.workdir.Counts`: not where it runs, keeps its records or finds its
+    inputs, whose contents count instead; a field added later, at the value a spec written before
+    it gets, is left out, so an unchanged spec keeps the fingerprint its last run recorded). The
+    spec counts as written (`teacher.revision: main` stays `main`); the commits count in the
+    data's and the teacher's fingerprints."""
+    return hashlib.sha256(json.dumps(fingerprint_settings(spec), sort_keys=True).encode()).hexdigest()[:16]
 
 
 def _read_state(sweep_dir: Path) -> dict[str, Any]:

@@ -32,8 +32,12 @@ import shutil
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args, get_origin
+
+from pydantic import BaseModel, ValidationError
+from pydantic.fields import FieldInfo
 
 # ----------------------------------------------------------------------------------------------
 # the layout: one name for every file and folder a sweep writes
@@ -159,3 +163,95 @@ def atomic_folder(final: Path, *, replace: bool = False, create: bool = True) ->
         for leftover in (scratch, aside):
             if leftover is not None and leftover.exists():
                 shutil.rmtree(leftover, ignore_errors=True)
+
+
+# ----------------------------------------------------------------------------------------------
+# what a spec's fields count for in a run's records: `--resume` and `drydock retrain`
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Counts:
+    """A spec field's marker (`Annotated[type, Counts(...)]` in `pipeline.config`): what the field
+    counts for in the records a run leaves behind.
+
+    `resume`: a resumed run must be given the value its run started with (False: how or where it
+    runs, or a hub commit the run keeps by itself). `retrain`: the value is in `drydock retrain`'s
+    fingerprint of the spec (False: where the same study runs, or where its inputs lie, whose
+    contents are fingerprinted instead). `added_later`: the field came after specs were first
+    fingerprinted; at the value a spec written without it gets, it is left out of the
+    fingerprint, so that spec keeps the fingerprint its last run recorded (`fingerprint_settings`).
+    Unmarked fields count for both."""
+
+    resume: bool = True
+    retrain: bool = True
+    added_later: bool = False
+
+
+COUNTS_FULLY = Counts()
+
+
+def counts_of(field: FieldInfo) -> Counts:
+    return next((m for m in field.metadata if isinstance(m, Counts)), COUNTS_FULLY)
+
+
+def resume_exempt(model: type[BaseModel], prefix: str = "") -> set[str]:
+    """The dotted paths of the fields (of `model` and the sections inside it) a resumed run may
+    be given differently: `flatten_params` keys equal to one, or under one, are not a change."""
+    exempt: set[str] = set()
+    for name, field in model.model_fields.items():
+        if not counts_of(field).resume:
+            exempt.add(prefix + name)
+            continue
+        for section in _sections(field.annotation):
+            exempt |= resume_exempt(section, f"{prefix}{name}.")
+    return exempt
+
+
+def fingerprint_settings(model: BaseModel) -> dict[str, Any]:
+    """`model` as JSON data, without what does not count for `drydock retrain` (`Counts`), and
+    without each field added later that holds the value a spec written before it existed gets:
+    the one implementation of "a spec unchanged keeps its fingerprint"."""
+    data = model.model_dump(mode="json")
+    _drop_uncounted(model, data)
+    return data
+
+
+def _drop_uncounted(model: BaseModel, data: dict[str, Any]) -> None:
+    earlier: BaseModel | None = None
+    for name, field in type(model).model_fields.items():
+        counts, value = counts_of(field), getattr(model, name)
+        if name not in data:
+            continue
+        if not counts.retrain:
+            del data[name]
+        elif counts.added_later:
+            earlier = earlier or _as_written_before(model)
+            before = getattr(earlier, name) if earlier is not None else field.get_default(call_default_factory=True)
+            if value == before:
+                del data[name]
+        elif isinstance(value, BaseModel) and isinstance(data[name], dict):
+            _drop_uncounted(value, data[name])
+
+
+def _as_written_before(model: BaseModel) -> BaseModel | None:
+    """`model` validated again from only its fields that count and were there from the start:
+    what a spec written before the later fields existed holds (a default may follow other
+    fields, as the latency shapes follow the front's batch size and length). None when those
+    alone do not validate: the later fields' declared defaults stand in."""
+    kept = {name: getattr(model, name) for name, field in type(model).model_fields.items()
+            if counts_of(field).retrain and not counts_of(field).added_later}
+    try:
+        return type(model).model_validate(kept)
+    except ValidationError:
+        return None
+
+
+def _sections(annotation: Any) -> list[type[BaseModel]]:
+    """The models a field's type holds directly (`X`, `X | None`); not those inside a list or a
+    mapping, whose items have no path of their own in `flatten_params`."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    if get_origin(annotation) in (list, tuple, dict, set, frozenset):
+        return []
+    return [section for arg in get_args(annotation) for section in _sections(arg)]

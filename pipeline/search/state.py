@@ -33,12 +33,13 @@ from pipeline.errors import DrydockError
 from pipeline.prepare.revisions import pin_revisions
 from pipeline.storage import WorkStore
 from pipeline.tracking import SweepTracker, flatten_params
-from pipeline.workdir import RUNS_DIR, SPEC_FILE, STATE_FILE, TRAIN_DIR, TRIALS_DIR, TUNE_DIR, atomic_write, run_dir
+from pipeline.workdir import RUNS_DIR, SPEC_FILE, STATE_FILE, TRAIN_DIR, TRIALS_DIR, TUNE_DIR, atomic_write, resume_exempt, run_dir
 from pipeline.workdir import read_state as read_state
 
-# What a resumed run may be given differently: how many checkpoints it keeps, and the hub commits
-# (a branch may have moved since; the run keeps the commits it started with, `run_revisions`).
-RESUME_MAY_DIFFER = frozenset({"train.keep_checkpoints", "teacher.revision", "task.hub_revision"})
+# What a resumed run may be given differently, as the spec's fields declare it (`Counts.resume`):
+# where it runs (`resources`), how many checkpoints it keeps, and the hub commits (a branch may
+# have moved since; the run keeps the commits it started with, `run_revisions`).
+RESUME_MAY_DIFFER = frozenset(resume_exempt(SweepSpec))
 
 
 @dataclass(frozen=True)
@@ -119,9 +120,8 @@ def open_run(spec: SweepSpec, sweep_dir: Path, resume: bool, log: Callable[[str]
 
 def check_resumable(spec: SweepSpec, saved: Path, run_id: str) -> None:
     """A resumed run keeps its trials' configurations, and its unfinished trials would train with
-    the spec given now: a run whose spec changed (other than `resources`, where it runs, and
-    `train.keep_checkpoints`, how many checkpoints it keeps) would mix two studies in one table,
-    so it is refused."""
+    the spec given now: a run whose spec changed (other than in `RESUME_MAY_DIFFER`: where it
+    runs, how many checkpoints it keeps) would mix two studies in one table, so it is refused."""
     if not saved.is_file():  # killed before its spec was saved: nothing has trained yet
         return
     before = _saved_params(saved)
@@ -130,12 +130,16 @@ def check_resumable(spec: SweepSpec, saved: Path, run_id: str) -> None:
     # spec.json and not in a spec that leaves them to the dataset: not a change
     read_from_data = {k for k in before if k.startswith("task.label_names") and now.get(k) is None}
     changed = sorted(k for k in before.keys() | now.keys()
-                     if before.get(k) != now.get(k) and not k.startswith("resources.") and k not in RESUME_MAY_DIFFER
-                     and k not in read_from_data)
+                     if before.get(k) != now.get(k) and not _may_differ(k) and k not in read_from_data)
     if changed:
         shown = ", ".join(changed[:8]) + (f" and {len(changed) - 8} more" if len(changed) > 8 else "")
         raise DrydockError(f"--resume: the spec differs from the one run {run_id} started with ({shown}); "
                            "resume it with that spec, or run without --resume to start a new run")
+
+
+def _may_differ(key: str) -> bool:
+    """A `flatten_params` key that is, or lies under, a field a resumed run may be given differently."""
+    return any(key == field or key.startswith(field + ".") for field in RESUME_MAY_DIFFER)
 
 
 def _saved_params(saved: Path) -> dict[str, Any]:
@@ -252,7 +256,7 @@ def start_run(run: SweepRun, spec: SweepSpec, tracker: SweepTracker, params: dic
                                f"{tracker.uri} ({str(e).strip().splitlines()[0][:200]}); run without --resume to start a new run") from None
     else:
         tracker.start_parent(resume=False)
-        paths.spec_file.write_text(json.dumps(spec_to_dict(spec), indent=2))
+        atomic_write(paths.spec_file, json.dumps(spec_to_dict(spec), indent=2))  # a --resume compares against it
         tracker.log_parent_artifact(paths.spec_file)
         metrics = {f"teacher/{k.split('/', 1)[-1]}": v for k, v in teacher_metrics.items() if isinstance(v, (int, float))}
         tracker.log_parent(params=params, metrics=metrics)

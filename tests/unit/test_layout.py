@@ -35,9 +35,10 @@ ROOMS_ALLOWED: dict[str, set[str]] = {
     "methods": {"methods"},
 }
 # The work location's contract (`pipeline/workdir.py`: the names of what a sweep writes, atomic
-# writes) imports nothing of drydock, and every room that writes files uses it.
+# writes, the markers of what a spec's fields count for) imports nothing of drydock, and every
+# room that writes files, or declares the spec, uses it.
 ROOMS_ALLOWED["workdir"] = set()
-for _room in ("lock", "storage", "results", "tracking", "prepare", "training", "search", "select", "sweep", "retrain", "cli"):
+for _room in ("lock", "storage", "config", "results", "tracking", "prepare", "training", "search", "select", "sweep", "retrain", "cli"):
     ROOMS_ALLOWED[_room].add("workdir")
 # What the pipeline may import from methods/: the registry and the contract, never a method's
 # file (a method is reached by name) nor a private helper module.

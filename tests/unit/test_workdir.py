@@ -6,11 +6,22 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Annotated
 
 import pytest
+from pydantic import BaseModel, model_validator
 
 from pipeline import workdir
-from pipeline.workdir import atomic_folder, atomic_path, atomic_write, current_run_dir, read_state
+from pipeline.workdir import (
+    Counts,
+    atomic_folder,
+    atomic_path,
+    atomic_write,
+    current_run_dir,
+    fingerprint_settings,
+    read_state,
+    resume_exempt,
+)
 
 
 class Crash(RuntimeError):
@@ -105,3 +116,36 @@ def test_every_name_of_the_layout_is_declared_once():
     assert len(set(names.values())) == len(names), "two names for one file"
     assert names["STATE_FILE"] == "state.json" and names["RETRAIN_FILE"] == "retrain.json"
     assert names["RESULTS_FILE"] == "results.parquet" and names["RUNS_DIR"] == "runs"
+
+
+class _Section(BaseModel):
+    size: int = 2
+    where: Annotated[str, Counts(retrain=False)] = "here"
+    # added later, with a default that follows `size`
+    sizes: Annotated[list[int] | None, Counts(added_later=True)] = None
+    keep: Annotated[int, Counts(resume=False, retrain=False)] = 1
+
+    @model_validator(mode="after")
+    def _sizes_follow_size(self) -> _Section:
+        if self.sizes is None:
+            object.__setattr__(self, "sizes", [1, self.size])
+        return self
+
+
+class _Spec(BaseModel):
+    name: str = "x"
+    section: _Section = _Section()
+    optional: Annotated[_Section | None, Counts(resume=False)] = None
+
+
+def test_a_field_added_later_at_the_value_an_older_spec_gets_is_left_out_of_the_fingerprint():
+    assert fingerprint_settings(_Spec(section=_Section(size=3))) == {"name": "x", "section": {"size": 3}, "optional": None}
+    # the default follows the other fields: [1, 3] is what a spec with size 3 written before `sizes` gets
+    assert fingerprint_settings(_Spec(section=_Section(size=3, sizes=[1, 3]))) == {"name": "x", "section": {"size": 3}, "optional": None}
+    # set to anything else, it counts; where it runs never does
+    changed = fingerprint_settings(_Spec(section=_Section(size=3, sizes=[1, 2], where="there", keep=5)))
+    assert changed == {"name": "x", "section": {"size": 3, "sizes": [1, 2]}, "optional": None}
+
+
+def test_what_a_resumed_run_may_change_is_read_from_the_markers():
+    assert resume_exempt(_Spec) == {"section.keep", "optional"}
