@@ -8,10 +8,7 @@ half a cache, with a manifest of its files' sizes and hashes that every reuse ch
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import sys
-import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +25,7 @@ from pipeline.prepare.fingerprint import data_fingerprint, file_digest, fingerpr
 from pipeline.prepare.hub_datasets import reads_hub_label_names, resolved_task
 from pipeline.prepare.sources import load_raw, subsample
 from pipeline.prepare.tasks import TaskSpec, task_spec
+from pipeline.workdir import atomic_folder
 
 SOURCE_FILE = "source.json"  # in a hub dataset's cache folder: the commit its rows came from, its label names
 
@@ -187,19 +185,9 @@ def _cached(cache_dir: Path, name: str, build: Callable[[Path], None], *, deep: 
         if problem is None:
             return final
         discard(final, problem)
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    scratch = cache_dir / f".{name}.{uuid.uuid4().hex}"  # not mkdtemp: its 0700 mode would stick
-    scratch.mkdir()
-    try:
+    with atomic_folder(final) as scratch:
         build(scratch)
         write_manifest(scratch)
-        try:
-            os.rename(scratch, final)
-        except OSError:
-            if not final.is_dir():
-                raise
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
     return final
 
 
