@@ -261,7 +261,7 @@ def build_variant_of(entry: Entry, out: Path, max_length: int):
 def prepare_all(models: list[Model], dev: DevSet, out: Path, threads: int, log: Log) -> list[Entry]:
     """Every model in every runtime; a student variant that fails is kept with its error (not
     timed), a teacher variant that fails stops the run (every speedup needs it)."""
-    from pipeline.select.runtimes import CPU_RUNTIMES as RUNTIMES  # the benchmark compares the CPU runtimes
+    from pipeline.measure.runtimes import CPU_RUNTIMES as RUNTIMES  # the benchmark compares the CPU runtimes
 
     entries = []
     for model in models:
@@ -288,7 +288,7 @@ def prepare_all(models: list[Model], dev: DevSet, out: Path, threads: int, log: 
 
 
 def references() -> list[str]:
-    from pipeline.select.runtimes import CPU_RUNTIMES as RUNTIMES  # the benchmark compares the CPU runtimes
+    from pipeline.measure.runtimes import CPU_RUNTIMES as RUNTIMES  # the benchmark compares the CPU runtimes
 
     return [f"{TEACHER}/{runtime}" for runtime in RUNTIMES]
 
@@ -473,6 +473,7 @@ def main(argv: Sequence[str] | None = None, log: Log | None = None) -> dict[str,
     import torch
     from transformers.utils import logging as hf_logging
 
+    from pipeline.measure.runtimes import EAGER
     from pipeline.select.interleaved import InterleaveSettings
 
     hf_logging.disable_progress_bar()  # a "Loading weights" bar per model load, on every variant
@@ -489,7 +490,7 @@ def main(argv: Sequence[str] | None = None, log: Log | None = None) -> dict[str,
     started = machine()
     entries = prepare_all(models, dev, args.out or args.workdir / args.sweep / "runtimes-bench", args.threads, log)
     results = {shape_label(shape): time_shape(entries, shape, settings, log) for shape in shapes}
-    fp32 = {e.model.name: e for e in entries if e.runtime == "torch" and e.error is None}
+    fp32 = {e.model.name: e for e in entries if e.runtime == EAGER and e.error is None}
     records = [entry_record(e, fp32.get(e.model.name), dev, results) for e in entries]
     summary_shape = args.summary_shape if args.summary_shape in results else shape_label(shapes[-1])
     report = {

@@ -52,6 +52,7 @@ from mlflow.exceptions import MlflowException
 
 from pipeline.config import SelectionConfig
 from pipeline.errors import DrydockError
+from pipeline.measure.runtimes import EAGER
 from pipeline.prepare.model_card import CARD_FILE, read_card
 from pipeline.prepare.remote_code import CODE_DIGEST_KEY, CODE_FILES_KEY, combined_digest, recorded_code, remote_code
 from pipeline.select.champion import (
@@ -74,7 +75,7 @@ PAIR_EXAMPLE = [{"text": "a first example sentence", "text_pair": "a second exam
 CODE_RUN_TAG = "drydock.code_sha256"  # the trial run's tag: the digest of the custom code it logged
 # what a consumer loading a version runs, and what its latency tags were measured at (issue #22)
 RUNTIME_TAG, SHAPE_TAG, DEVICE_TAG = "runtime", "shape", "device"
-EAGER_RUNTIME = "torch"  # the transformers / student pyfunc flavors: eager fp32 PyTorch
+EAGER_RUNTIME = EAGER  # the transformers / student pyfunc flavors: eager fp32 PyTorch
 
 
 @contextmanager

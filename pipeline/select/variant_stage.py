@@ -49,6 +49,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from pipeline.measure.runtimes import EAGER
 from pipeline.select.interleaved import InterleavedResult, InterleaveSettings, architecture_key, group_by_key, measure_interleaved
 from pipeline.select.variants import TEACHER, VariantFacts, runner_name, variant_rows, variants_path, write_variants
 
@@ -333,7 +334,7 @@ def variants_wanted(selection: SelectionConfig) -> bool:
     """Only when there is something to build or time beyond the eager fp32 measurement: another
     runtime than `torch`, or more than one shape (the smoke spec, which the test suite runs,
     asks for neither, so its sweeps cost what they did)."""
-    return list(selection.runtimes) != ["torch"] or len(selection.latency.shapes) > 1
+    return list(selection.runtimes) != [EAGER] or len(selection.latency.shapes) > 1
 
 
 def _address(path: Path, store: WorkStore | None) -> str:

@@ -10,7 +10,7 @@ report's line, `write_variants` / `read_variants` store it.
 One row per (trial_id, runtime), the teacher's variants included (trial_id "teacher"). Columns,
 a contract (consumers read them by name):
 
-- `trial_id`, `runtime` ("torch", "onnxruntime", "onnxruntime-int8", "torch-fp16", ...),
+- `trial_id`, `runtime` (a name of `pipeline.measure.runtimes`),
   `metric_name`, `metric`: the variant's own score on the dev set (an int8 variant's, not its fp32
   model's).
 - the front's shape (`selection.latency.front_shape`, named in `front_shape`): `latency_ms`,
@@ -67,15 +67,14 @@ from typing import Any
 import pandas as pd
 
 from pipeline.config import SelectionConfig, Shape
+from pipeline.measure.runtimes import EAGER, QUANTIZED
+from pipeline.measure.runtimes import label as runtime_label
 from pipeline.select.champion import budget_breaches
 from pipeline.select.interleaved import Candidate, InterleavedResult, Interval, dominates, latency_differs, rank
 
 VARIANTS_FILE = "variants.parquet"
 TEACHER = "teacher"  # the teacher's trial_id, and the first part of its runners' names
-# `pipeline.select.runtimes.TORCH` and `ORT_INT8`, not imported: that module imports scipy (the
-# metrics), a second of import for two strings
-EAGER = "torch"  # every `speedup` is over the teacher in this runtime
-INT8 = "onnxruntime-int8"
+INT8 = QUANTIZED  # the stack summary's quantized runtime (`pipeline.measure.runtimes`)
 SHAPE_SEP = "@"
 
 LEADING = ["trial_id", "runtime", "metric_name", "metric"]
@@ -426,8 +425,8 @@ def stack_summary(table: pd.DataFrame, *, size_objective: bool = False, max_late
     if champion is None:
         return None
     student = str(champion["trial_id"])
-    plan = (("teacher fp32", TEACHER, EAGER), ("teacher int8", TEACHER, quantized),
-            ("student fp32", student, EAGER), ("student int8", student, quantized))
+    plan = ((f"teacher {runtime_label(EAGER)}", TEACHER, EAGER), (f"teacher {runtime_label(quantized)}", TEACHER, quantized),
+            (f"student {runtime_label(EAGER)}", student, EAGER), (f"student {runtime_label(quantized)}", student, quantized))
     steps: list[StackStep] = []
     for label, trial_id, runtime in plan:
         steps.append(_step(table, label, trial_id, runtime, steps[-1] if steps else None))
