@@ -74,9 +74,9 @@ def teacher_rows(folder: Path) -> tuple[list[dict[str, list[int]]], np.ndarray]:
 def compare(name: str, folder: Path, rows: list, runtimes: list[str], out: Path, labels: np.ndarray | None) -> None:
     import json
 
+    from pipeline.measure.engines import build_variant, load_runner, measure_peak_memory, predict_logits
+    from pipeline.measure.job import latency_inputs
     from pipeline.measure.runtimes import EAGER
-    from pipeline.select.runtimes import build_variant, load_runner, measure_peak_memory, predict_logits
-    from pipeline.select.variant_stage import latency_inputs
 
     config = json.loads((folder / "config.json").read_text())
     logits, seconds, memory = {}, {}, {}

@@ -496,7 +496,7 @@ def _positive_int(value: Any) -> bool:
 
 class LatencyConfig(_Model):
     """`selection.latency`: how and where the select stage times the students and the teacher
-    (`pipeline.select.latency` says which nodes each setting picks).
+    (`pipeline.measure.latency` says which nodes each setting picks).
 
     Shapes: every variant is timed at each of `shapes` (default batch 1 × 128 tokens, what online
     traffic sends, and 32 × 64); the front and the latency budget use `front_shape`, which

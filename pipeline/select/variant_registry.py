@@ -1,6 +1,6 @@
 """The registry serves what was measured (issue #22, item 5): runtime variants as model versions.
 
-With runtime variants built (`pipeline.select.variant_stage`, variants.parquet), the model a
+With runtime variants built (`pipeline.measure.job`, variants.parquet), the model a
 consumer loads must be the one the front and the champion were chosen on: an int8 student chosen
 for its ONNX Runtime latency and its int8 accuracy must not be served as eager fp32. So, after
 the eager front is registered (`pipeline.select.registry.register_front`):
@@ -40,6 +40,8 @@ from mlflow.entities.model_registry import ModelVersion
 
 from pipeline.config import SelectionConfig
 from pipeline.errors import DrydockError
+from pipeline.measure.engines import file_sha256, onnx_files
+from pipeline.measure.job import runner_name
 from pipeline.measure.runtimes import RUNTIMES
 from pipeline.select.registry import (
     DEVICE_TAG,
@@ -57,8 +59,7 @@ from pipeline.select.registry import (
     register_config,
     tag_text,
 )
-from pipeline.select.runtimes import file_sha256, onnx_files
-from pipeline.select.variants import runner_name, variant_champion, variant_front
+from pipeline.select.variants import variant_champion, variant_front
 
 ONNX_PYFUNC_MODULE = Path(__file__).with_name("onnx_pyfunc.py")
 TOKENIZER_FILE = "tokenizer.json"  # a fast tokenizer's whole definition: what the ONNX pyfunc tokenizes with

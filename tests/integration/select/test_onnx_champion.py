@@ -23,7 +23,8 @@ import requests
 import torch
 
 from methods.base import TaskInfo
-from pipeline.select import onnx_pyfunc, runtimes
+from pipeline.measure import engines as runtimes
+from pipeline.select import onnx_pyfunc
 from pipeline.select.champion import CHAMPION
 from pipeline.select.registry import client_for, register, tracking
 from pipeline.select.variant_registry import log_onnx_variant

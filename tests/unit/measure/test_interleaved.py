@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import pytest
 
 from pipeline.config import LatencyConfig
-from pipeline.select.interleaved import (
+from pipeline.measure.interleaved import (
     Candidate,
     InterleavedResult,
     InterleaveSettings,
@@ -29,7 +29,7 @@ from pipeline.select.interleaved import (
     rank,
     round_orders,
 )
-from pipeline.select.latency import MAX_SECONDS_FACTOR, median_is_stable
+from pipeline.measure.latency import MAX_SECONDS_FACTOR, median_is_stable
 
 UNIT = 1 / 1024  # seconds: sums of multiples stay exact in binary, so stopping points are exact
 

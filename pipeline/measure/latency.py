@@ -41,7 +41,7 @@ process (`measure_all`):
   (Ray's default `max_calls=1` for GPU tasks: docs/stack-facts.md, "Measuring latency on Ray"),
   which would re-import torch and re-initialise CUDA for every student.
 - a node lost mid-way (its actor dies) hands its unfinished students back to the queue, once.
-- the runtime variants (`pipeline.select.variant_stage`) are built, scored and timed by one more
+- the runtime variants (`pipeline.measure.job`) are built, scored and timed by one more
   actor on one planned node (`on_one_node`): their timings are interleaved rounds, which
   only mean something within one process, so they are never spread over nodes.
 
@@ -423,7 +423,7 @@ class MeasuringActor:
 
     def run(self, work: Callable[..., dict[str, Any]], job: Any) -> dict[str, Any]:
         """`work(job, log, granted_threads=n)` on this node (the select stage's variants job,
-        `pipeline.select.variant_stage.run_variant_job`), n the CPUs this actor reserved; its log
+        `pipeline.measure.job.run_variant_job`), n the CPUs this actor reserved; its log
         lines come back with the result (`log`), for the driver to print."""
         import ray
 

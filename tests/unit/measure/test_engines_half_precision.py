@@ -1,5 +1,5 @@
 """Half-precision eager variants (`torch-fp16`, `torch-bf16`) and every variant's peak memory
-(pipeline/select/runtimes.py, pipeline/select/variant_stage.py) on tiny random BERTs, on the CPU:
+(pipeline/measure/engines.py, pipeline/measure/job.py) on tiny random BERTs, on the CPU:
 the cast model's logits within their tolerance of fp32 and refused beyond it, the size at two
 bytes a weight, and the peak resident set — positive, growing with the model, and null with a
 reason when the kernel cannot reset it."""
@@ -15,9 +15,8 @@ from safetensors.torch import load_file, save_file
 
 from methods.base import TaskInfo
 from pipeline.errors import DrydockError
-from pipeline.select import runtimes
-from pipeline.select.interleaved import InterleaveSettings
-from pipeline.select.runtimes import (
+from pipeline.measure import engines as runtimes
+from pipeline.measure.engines import (
     TOLERANCES,
     build_variant,
     check_parity,
@@ -26,7 +25,8 @@ from pipeline.select.runtimes import (
     measure_peak_memory,
     weights_bytes,
 )
-from pipeline.select.variant_stage import DevRows, Entry, VariantJob, latency_inputs, measure_memory, memory_shape, run_variant_job
+from pipeline.measure.interleaved import InterleaveSettings
+from pipeline.measure.job import DevRows, Entry, VariantJob, latency_inputs, measure_memory, memory_shape, run_variant_job
 from pipeline.training.export import save_student
 from tests.conftest import TINY_TEXTS, make_batch, make_tiny_bert
 

@@ -15,7 +15,7 @@ from methods.base import TaskInfo
 from pipeline import results as results_table
 from pipeline.config import LatencyConfig
 from pipeline.errors import DrydockError
-from pipeline.select.latency import (
+from pipeline.measure.latency import (
     MAX_SECONDS_FACTOR,
     LatencyRecord,
     Measurement,

@@ -1,6 +1,9 @@
-"""The select stage's variants step: every timed student and the teacher in every runtime of
-`selection.runtimes`, built, checked, scored on the dev set and timed interleaved at every shape
-of `selection.latency.shapes`, into `variants.parquet` (issue #22).
+"""The measurement job of the runtime variants: every timed student and the teacher in every
+runtime of `selection.runtimes`, built, checked, scored on the dev set and timed interleaved at
+every shape of `selection.latency.shapes`, in one process. Its result is one fact per (model,
+runtime) (`VariantFacts`) and one `InterleavedResult` per shape; the select stage's variants step
+(`pipeline.select.stage.variants_step`) sends it to a node and turns what comes back into
+`variants.parquet` (`pipeline.select.variants`).
 
 Why a step of its own, after the eager fp32 selection: results.parquet keeps its contract (eager
 fp32 columns, one latency per student timed alone on its node), and a variant that cannot be
@@ -8,9 +11,9 @@ built or scored must never stop the stage — it becomes a row with its `error`,
 results, the report and the registry go on.
 
 Why one process: ratios are only trustworthy within a round of one process
-(`pipeline.select.interleaved`), so every (model, runtime) of a shape, the teacher included, is
+(`pipeline.measure.interleaved`), so every (model, runtime) of a shape, the teacher included, is
 timed in the same worker — under Ray one `MeasuringActor` on one planned node (it reserves the
-whole node, as the eager measurements do; `pipeline.select.latency.on_one_node`),
+whole node, as the eager measurements do; `pipeline.measure.latency.on_one_node`),
 otherwise this process. Models whose compute and runtime are the same are one measurement
 (`architecture_key`); the others say which runner they were `measured_as`.
 
@@ -25,7 +28,7 @@ compares two figures computed the same way on the same rows, so it measures the 
 (the trial's figure comes from the training loop's evaluation, and the teacher has no trial);
 it costs one forward pass over the dev set per model, little beside an ONNX export.
 
-Peak memory (`measure_memory`, `pipeline.select.runtimes.measure_peak_memory`): after every
+Peak memory (`measure_memory`, `pipeline.measure.engines.measure_peak_memory`): after every
 variant is built, checked and scored and before any is timed, each one is loaded anew and run
 once at the largest timed shape it takes, alone, one after another: the CPU figure is the rise of
 the process's peak resident set, which anything else running in the process would inflate, so it
@@ -49,13 +52,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from pipeline.measure.interleaved import InterleavedResult, InterleaveSettings, architecture_key, group_by_key, measure_interleaved
 from pipeline.measure.runtimes import EAGER
-from pipeline.select.interleaved import InterleavedResult, InterleaveSettings, architecture_key, group_by_key, measure_interleaved
-from pipeline.select.variants import TEACHER, VariantFacts, runner_name, variant_rows, variants_path, write_variants
 
 if TYPE_CHECKING:
-    import pandas as pd
-
     from pipeline.config import SelectionConfig, SweepSpec
     from pipeline.storage import WorkStore
 
@@ -63,6 +63,27 @@ Log = Callable[[str], None]
 PARITY_ROWS = 32  # the reference batch: the first dev rows, padded as a serving batch is
 EVAL_BATCH = 32
 VARIANTS_DIR = "variants"  # <out_dir>/variants/<trial_id or teacher>/: the ONNX files
+TEACHER = "teacher"  # the teacher's trial_id, and the first part of its runners' names
+
+
+def runner_name(trial_id: str, runtime: str) -> str:
+    """The key of a variant's timing in an `InterleavedResult`: "<trial_id>/<runtime>"."""
+    return f"{trial_id}/{runtime}"
+
+
+@dataclass(frozen=True)
+class VariantFacts:
+    """What the job found of one variant besides its timings: one row of variants.parquet."""
+
+    trial_id: str  # TEACHER for the teacher
+    runtime: str
+    metric: float | None  # the variant's own score on the dev set
+    size_bytes: int | None
+    path: str | None
+    parity_max_abs_diff: float | None = None
+    peak_memory_bytes: int | None = None
+    metric_name: str | None = None
+    error: str | None = None  # could not be built, verified or scored: never a candidate
 
 
 @dataclass
@@ -110,8 +131,8 @@ class Entry:
     folder: Path
     runtime: str
     config: dict[str, Any] = field(default_factory=dict)
-    variant: Any = None  # pipeline.select.runtimes.Variant
-    runner: Any = None  # pipeline.select.runtimes.Runner
+    variant: Any = None  # pipeline.measure.engines.Variant
+    runner: Any = None  # pipeline.measure.engines.Runner
     metrics: dict[str, float] = field(default_factory=dict)
     parity: float | None = None
     build_seconds: float = 0.0
@@ -145,7 +166,7 @@ def tokenize(folder: Path, text_a: Sequence[str], text_b: Sequence[str] | None, 
 
 
 def latency_inputs(config: Mapping[str, Any], batch: int, length: int) -> dict[str, np.ndarray]:
-    """`batch × length` random token ids, full mask (as `pipeline.select.latency`): no padding
+    """`batch × length` random token ids, full mask (as `pipeline.measure.latency`): no padding
     for a model that truncates to look fast on."""
     rng = np.random.default_rng(0)
     vocab = int(config.get("vocab_size", 2))
@@ -163,7 +184,7 @@ def prepare_variant(entry: Entry, rows: list[dict[str, Any]], pad_id: int, label
     """Build the variant (files under `out_folder(out, model)`), load it, check it against the
     folder's eager fp32 logits on the first PARITY_ROWS rows (raises when it is off), score it
     on the rows. The entry is filled as far as it got."""
-    from pipeline.select.runtimes import build_variant, check_parity, evaluate_variant, load_runner, pad_batch
+    from pipeline.measure.engines import build_variant, check_parity, evaluate_variant, load_runner, pad_batch
 
     started = time.perf_counter()
     entry.variant = build_variant(entry.folder, entry.runtime, out_folder(out, entry.model), seq_length_hint=max_length)
@@ -187,7 +208,7 @@ def measure_memory(entries: Sequence[Entry], shapes: Sequence[tuple[int, int]], 
     """`peak_memory_bytes` of every entry without an error: loaded anew and run once at its
     `memory_shape`, one at a time (`measure_peak_memory`). Nothing here fails an entry: a figure
     that cannot be had stays None, and the log says why (each reason once)."""
-    from pipeline.select.runtimes import PeakMemory, measure_peak_memory
+    from pipeline.measure.engines import PeakMemory, measure_peak_memory
 
     measured: list[str] = []
     missing: dict[str, list[str]] = {}
@@ -201,7 +222,7 @@ def measure_memory(entries: Sequence[Entry], shapes: Sequence[tuple[int, int]], 
         try:
             peak = measure_peak_memory(entry.variant, threads, latency_inputs(entry.config, *shape), device)
         except Exception as e:  # noqa: BLE001 — it was built, checked and scored: a failed measurement is a null figure
-            peak = PeakMemory(None, f"the load or forward failed ({_failure(e)})")
+            peak = PeakMemory(None, f"the load or forward failed ({failure(e)})")
         entry.peak_memory_bytes = peak.bytes
         if peak.bytes is None:
             missing.setdefault(peak.method, []).append(entry.name)
@@ -235,7 +256,7 @@ def time_shape(entries: Sequence[Entry], shape: tuple[int, int], references: Seq
 # ----------------------------------------------------------------------------------------------
 
 
-def _failure(e: BaseException) -> str:
+def failure(e: BaseException) -> str:
     text = str(e).strip()
     return f"{type(e).__name__}: {text.splitlines()[-1] if text else ''}"[:500]
 
@@ -250,7 +271,7 @@ def _prepare_all(job: VariantJob, folders: dict[str, Path], out: Path, threads: 
             config = json.loads((folder / "config.json").read_text())
             rows, pad_id = tokenize(folder, job.dev.text_a, job.dev.text_b, job.dev.max_length)
         except Exception as e:  # noqa: BLE001 — a broken folder is its rows' error, not the stage's
-            entries += [Entry(model, folder, runtime, error=_failure(e)) for runtime in job.runtimes]
+            entries += [Entry(model, folder, runtime, error=failure(e)) for runtime in job.runtimes]
             log(f"variants: {model}: cannot be read ({entries[-1].error})")
             continue
         for runtime in job.runtimes:
@@ -259,7 +280,7 @@ def _prepare_all(job: VariantJob, folders: dict[str, Path], out: Path, threads: 
                 prepare_variant(entry, rows, pad_id, job.dev.labels, job.dev.metric_names, job.dev.regression, out, threads,
                                 job.dev.max_length, job.device)
             except Exception as e:  # noqa: BLE001 — a variant that fails is a row with its error
-                entry.error, entry.runner = _failure(e), None
+                entry.error, entry.runner = failure(e), None
             entries.append(entry)
             metric = entry.metrics.get(job.dev.primary, math.nan)
             log(f"variants: {entry.name}: " + (f"failed ({entry.error})" if entry.error else
@@ -354,45 +375,3 @@ def variant_job(spec: SweepSpec, students: Mapping[str, Path], teacher: Path, ou
         out=_address(out_dir / VARIANTS_DIR, store), interleave=InterleaveSettings.from_latency(latency, **(interleave or {})).model_dump(),
         device=latency.device, threads=latency.threads, location=store.location if remote and store is not None else None,
     )
-
-
-def variants_step(spec: SweepSpec, students: Mapping[str, Path], teacher: Path | None, out_dir: Path, log: Log = print,
-                  *, store: WorkStore | None = None, interleave: Mapping[str, Any] | None = None) -> pd.DataFrame | None:
-    """`<out_dir>/variants.parquet` for the teacher and the timed `students`, or None when the
-    spec wants no variants, there is nothing to compare, or the step as a whole could not run
-    (said in the log: the stage goes on without it). Variant failures are rows, not exceptions.
-    `interleave`: see `variant_job`."""
-    from pipeline.prepare.data import task_spec
-    from pipeline.select.dev_set import DEV_SPLIT
-    from pipeline.select.evaluate import labelled_split
-    from pipeline.select.latency import on_one_node
-
-    selection = spec.selection
-    if not variants_wanted(selection):
-        return None
-    if teacher is None or not students:
-        log("variants: no teacher or no timed student; no runtime variants built")
-        return None
-    try:
-        dev = DevRows.of(labelled_split(spec, DEV_SPLIT), task_spec(spec.task), spec.task.max_seq_length)
-        job = variant_job(spec, students, teacher, out_dir, dev, store, interleave)
-        log(f"variants: {len(job.models)} model(s) × {', '.join(job.runtimes)} at "
-            f"{', '.join(s.label for s in selection.latency.shapes)}, scored on {len(dev.labels)} dev rows")
-        outcome = on_one_node(run_variant_job, job_dict(job), selection.latency, log)
-        table = variants_table(outcome, selection)
-    except Exception as e:  # noqa: BLE001 — the eager results, the report and the registry go on
-        log(f"variants: not built ({_failure(e)})")
-        return None
-    write_variants(variants_path(out_dir), table)
-    return table
-
-
-def variants_table(outcome: Mapping[str, Any], selection: SelectionConfig) -> pd.DataFrame:
-    """`run_variant_job`'s result as the variants table (`variant_rows`), front marked under the
-    spec's objectives and budget."""
-    latency = selection.latency
-    facts = [VariantFacts(**fact) for fact in outcome["facts"]]
-    measurements = {label: InterleavedResult.model_validate(r) for label, r in outcome["measurements"].items()}
-    return variant_rows(facts, measurements, front_shape=latency.front_shape, device=latency.device, threads=outcome["threads"],
-                        size_objective=selection.size_objective, max_latency_ms=selection.max_latency_ms,
-                        min_speedup=selection.min_speedup)

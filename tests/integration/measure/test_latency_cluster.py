@@ -16,9 +16,9 @@ import pytest
 from methods.base import TaskInfo
 from pipeline import results as results_table
 from pipeline.config import LatencyConfig
-from pipeline.select.interleaved import InterleaveSettings
-from pipeline.select.latency import cpu_name, fill_latency, measure_all, on_one_node, plan_nodes
-from pipeline.select.variant_stage import DevRows, VariantJob, job_dict, run_variant_job
+from pipeline.measure.interleaved import InterleaveSettings
+from pipeline.measure.job import DevRows, VariantJob, job_dict, run_variant_job
+from pipeline.measure.latency import cpu_name, fill_latency, measure_all, on_one_node, plan_nodes
 from pipeline.training.export import save_student
 from tests.conftest import make_tiny_bert
 

@@ -1,6 +1,6 @@
 """Latency that holds on a busy machine: every model timed interleaved, speedups taken within a round.
 
-Why: `pipeline.select.latency.time_forward` times one model alone until its median settles, and
+Why: `pipeline.measure.latency.time_forward` times one model alone until its median settles, and
 the select stage times the models one after another. A machine's load changes from one minute to
 the next, so each model gets its own momentary load: one select stage timed three students of the
 same architecture (40,258 parameters each, the smoke sweep, under load) at 7.81, 9.03 and
@@ -27,11 +27,11 @@ benchmark harness does it differently, and so does this module:
   teacher in the same runtime, and in eager fp32: what the user runs today).
 - **stop when it is settled**: after `min_rounds` and `min_seconds`, once every runner's median and
   every speedup has a ~95% interval within ±`tolerance` of itself
-  (`pipeline.select.latency.median_is_stable`), or at `max_seconds` (then `stable` is False and
+  (`pipeline.measure.latency.median_is_stable`), or at `max_seconds` (then `stable` is False and
   `unsettled` names what was not). Stopping is decided between rounds only, so every runner has
   exactly one time per round.
 - **intervals everywhere**: each p50 and each speedup carries the distribution-free interval of
-  its median (order statistics, `pipeline.select.latency.median_interval`), and a latency
+  its median (order statistics, `pipeline.measure.latency.median_interval`), and a latency
   difference inside those intervals never decides (`faster`, `latency_differs`, `rank`,
   `dominates`): accuracy, then size, break the tie.
 - **one measurement per architecture** (`architecture_key`, `group_by_key`,
@@ -60,7 +60,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt, model_validator
 
 from pipeline.errors import DrydockError
-from pipeline.select.latency import MAX_SECONDS_FACTOR, STABLE_TOLERANCE, median_interval, median_is_stable
+from pipeline.measure.latency import MAX_SECONDS_FACTOR, STABLE_TOLERANCE, median_interval, median_is_stable
 
 Runner = Callable[[], object]  # one forward pass on inputs the caller bound
 MAX_WINDOW_SECONDS = 600.0  # a per-runner window grows with the runners, to 10 minutes a shape at most
@@ -467,9 +467,16 @@ def rank(candidates: Iterable[Candidate]) -> list[Candidate]:
     return [c for tier in tiers for c in sorted(tier, key=lambda c: (-c.metric, c.size, c.name))]
 
 
-def dominates(a: Candidate, b: Candidate, *, size: bool = False) -> bool:
+def dominates(a: Candidate, b: Candidate, *, size: bool = False, size_breaks_ties: bool = False) -> bool:
     """a dominates b on the front (metric ↑, latency ↓[, size ↓]) where latency counts only when
-    the intervals separate: a is no worse on every objective and better on one."""
+    the intervals separate: a is no worse on every objective and better on one. The one dominance
+    rule of the tree (`pipeline.select.front`). `size_breaks_ties` (without `size`): an exact
+    metric tie within the noise goes to the smaller too — the pairwise form of the front's tie
+    rule (`pipeline.select.front.front_mask` applies it after this rule, so it never runs in a
+    circle)."""
     no_worse = a.metric >= b.metric and not faster(b.latency, a.latency) and (not size or a.size <= b.size)
     better = a.metric > b.metric or faster(a.latency, b.latency) or (size and a.size < b.size)
-    return no_worse and better
+    if no_worse and better:
+        return True
+    return (size_breaks_ties and not size and a.metric == b.metric and not latency_differs(a.latency, b.latency)
+            and a.size < b.size)
