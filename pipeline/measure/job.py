@@ -17,8 +17,9 @@ whole node, as the eager measurements do; `pipeline.measure.latency.on_one_node`
 otherwise this process. Models whose compute and runtime are the same are one measurement
 (`architecture_key`); the others say which runner they were `measured_as`.
 
-The job (`run_variant_job`) takes and returns plain data (`VariantJob` as a dict, dicts back), so
-it crosses a Ray call unchanged; it imports no Ray and no MLflow. The dev rows travel as texts and
+The job (`run_variant_job`) takes a `VariantJob` (a pydantic model) and returns a `VariantOutcome`
+(a dataclass of `VariantFacts` and `InterleavedResult`s): Ray pickles both as they are, so nothing
+is turned into dicts and back; it imports no Ray and no MLflow. The dev rows travel as texts and
 labels (read once by the driver, as the stage's `judging` reads them: `labelled_split(spec,
 DEV_SPLIT)`), and each folder tokenizes them with its own tokenizer at `task.max_seq_length`.
 
@@ -45,15 +46,16 @@ import math
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict
 
 from pipeline.measure.interleaved import InterleavedResult, InterleaveSettings, architecture_key, group_by_key, measure_interleaved
-from pipeline.measure.runtimes import EAGER
+from pipeline.measure.runtimes import EAGER, RuntimeName
 
 if TYPE_CHECKING:
     from pipeline.config import SelectionConfig, SweepSpec
@@ -106,21 +108,34 @@ class DevRows:
                    task.primary_metric, bool(task.regression), int(max_length))
 
 
-@dataclass
-class VariantJob:
+class VariantJob(BaseModel):
     """What one worker builds, scores and times. `models`: name → folder (or its address in the
     work `location`), the teacher under TEACHER; `out`: the folder (or address) the ONNX files go
-    under; `shapes`: (batch, length) pairs; `threads`: None = the worker's own choice."""
+    under; `shapes`: (batch, length) pairs; `threads`: None = the worker's own choice. Crosses a
+    Ray call as it is (Ray pickles pydantic models): no dict form."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
     models: dict[str, str]
-    runtimes: list[str]
+    runtimes: list[RuntimeName]
     shapes: list[tuple[int, int]]
     dev: DevRows
     out: str  # <out_dir>/variants: each model's files in a folder of its own (`out_folder`)
-    interleave: dict[str, Any]
-    device: str = "cpu"
+    interleave: InterleaveSettings
+    device: Literal["cpu", "cuda"] = "cpu"
     threads: int | None = None
     location: str | None = None
+
+
+@dataclass(frozen=True)
+class VariantOutcome:
+    """What `run_variant_job` found: one fact per (model, runtime), one measurement per shape
+    ("<batch>x<length>"), expanded to every model (`InterleavedResult.expand`), and the threads
+    each runner ran with; `log`: the worker's log lines, when it ran elsewhere (`on_one_node`)."""
+
+    facts: list[VariantFacts]
+    measurements: dict[str, InterleavedResult]
+    threads: int
 
 
 @dataclass
@@ -294,14 +309,12 @@ def _threads(job: VariantJob, granted: int | None) -> int:
     return job.threads or granted or torch.get_num_threads()
 
 
-def run_variant_job(job: VariantJob | dict[str, Any], log: Log = print, *, granted_threads: int | None = None) -> dict[str, Any]:
-    """Build, check, score and time everything `job` names, in this process; returns
-    `{"facts": [VariantFacts as dicts], "measurements": {"BxL": InterleavedResult dump},
-    "threads": n}`. The work location's models are fetched first, and the ONNX files pushed
-    back to it after (their `path` is then their address there)."""
+def run_variant_job(job: VariantJob, log: Log = print, *, granted_threads: int | None = None) -> VariantOutcome:
+    """Build, check, score and time everything `job` names, in this process. The work
+    location's models are fetched first, and the ONNX files pushed back to it after (their
+    `path` is then their address there)."""
     from pipeline.storage import WorkStore
 
-    job = job if isinstance(job, VariantJob) else _job_of(job)
     store = WorkStore.open(job.location) if job.location is not None else None
     folders = {name: store.localize(ref) if store is not None else Path(ref) for name, ref in job.models.items()}
     out_key = store.key_of(job.out) if store is not None and store.is_remote else None
@@ -310,7 +323,7 @@ def run_variant_job(job: VariantJob | dict[str, Any], log: Log = print, *, grant
     entries = _prepare_all(job, folders, out, threads, log)
     measure_memory(entries, job.shapes, threads, job.device, log)  # alone, before any timing
     references = [runner_name(TEACHER, runtime) for runtime in job.runtimes]
-    settings = InterleaveSettings.model_validate(job.interleave)
+    settings = job.interleave
     sync = None
     if job.device == "cuda":
         import torch
@@ -330,20 +343,7 @@ def run_variant_job(job: VariantJob | dict[str, Any], log: Log = print, *, grant
         path=kept(e.variant.path) if e.variant is not None else None, parity_max_abs_diff=e.parity,
         peak_memory_bytes=e.peak_memory_bytes, error=e.error,
     ) for e in entries]
-    return {"facts": [asdict(f) for f in facts], "threads": threads,
-            "measurements": {label: r.model_dump() for label, r in measurements.items()}}
-
-
-def _job_of(data: Mapping[str, Any]) -> VariantJob:
-    values = dict(data)
-    values["dev"] = DevRows(**values["dev"])
-    values["shapes"] = [tuple(s) for s in values["shapes"]]
-    return VariantJob(**values)
-
-
-def job_dict(job: VariantJob) -> dict[str, Any]:
-    """The job as plain data, for a Ray call."""
-    return asdict(job)
+    return VariantOutcome(facts, measurements, threads)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -372,6 +372,6 @@ def variant_job(spec: SweepSpec, students: Mapping[str, Path], teacher: Path, ou
     return VariantJob(
         models={TEACHER: _address(teacher, store), **{t: _address(p, store) for t, p in students.items()}},
         runtimes=list(spec.selection.runtimes), shapes=[(s.batch_size, s.seq_length) for s in latency.shapes], dev=dev,
-        out=_address(out_dir / VARIANTS_DIR, store), interleave=InterleaveSettings.from_latency(latency, **(interleave or {})).model_dump(),
+        out=_address(out_dir / VARIANTS_DIR, store), interleave=InterleaveSettings.from_latency(latency, **(interleave or {})),
         device=latency.device, threads=latency.threads, location=store.location if remote and store is not None else None,
     )

@@ -65,7 +65,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
@@ -82,6 +82,7 @@ TEACHER = "teacher"  # the key of the teacher's timing in logs and errors
 ACCELERATOR_PREFIX = "accelerator_type:"
 READY_GRACE_S = 30.0  # how long the other measuring actors may take to start once one has
 WAIT_LOG_S = 60.0  # while no node is free, say so this often
+Outcome = TypeVar("Outcome")  # what a job run `on_one_node` returns
 
 
 class Measurement(BaseModel):
@@ -396,16 +397,16 @@ class MeasuringActor:
         measured = measure_folder(path, self.settings, threads=int(granted) if granted else os.cpu_count())
         return measured.model_copy(update={"node_id": ray.get_runtime_context().get_node_id()}).model_dump()
 
-    def run(self, work: Callable[..., dict[str, Any]], job: Any) -> dict[str, Any]:
+    def run(self, work: Callable[..., Any], job: Any) -> tuple[Any, list[str]]:
         """`work(job, log, granted_threads=n)` on this node (the select stage's variants job,
         `pipeline.measure.job.run_variant_job`), n the CPUs this actor reserved; its log
-        lines come back with the result (`log`), for the driver to print."""
+        lines come back beside the result, for the driver to print."""
         import ray
 
         granted = ray.get_runtime_context().get_assigned_resources().get("CPU")
         lines: list[str] = []
         out = work(job, lines.append, granted_threads=int(granted) if granted else os.cpu_count())
-        return {**out, "log": lines}
+        return out, lines
 
 
 def measure_all(
@@ -489,8 +490,8 @@ def _actors(ray, planned: list[MeasuringNode], settings: LatencyConfig) -> dict[
     }
 
 
-def on_one_node(work: Callable[..., dict[str, Any]], job: Any, settings: LatencyConfig,
-                log: Callable[[str], None] = print) -> dict[str, Any]:
+def on_one_node(work: Callable[..., Outcome], job: Any, settings: LatencyConfig,
+                log: Callable[[str], None] = print) -> Outcome:
     """`work(job, log, granted_threads=...)` under Ray in one `MeasuringActor` on one planned node
     (the variants job: every runner of a shape must share one process), else here (the thread
     count then left to `work`). Returns what `work` returns."""
@@ -503,11 +504,11 @@ def on_one_node(work: Callable[..., dict[str, Any]], job: Any, settings: Latency
         node_id = next(iter(described))
         log(f"variants: on node {described[node_id]['host']} ({node_id[:12]}, {described[node_id]['device_name']}), "
             "every model and runtime in one process")
-        out = _get(ray, actors[node_id].run.remote(work, job))
+        out, lines = _get(ray, actors[node_id].run.remote(work, job))
     finally:
         for actor in actors.values():
             ray.kill(actor)
-    for line in out.pop("log", []):
+    for line in lines:
         log(line)
     return out
 

@@ -44,8 +44,7 @@ import pandas as pd
 
 from pipeline import results as results_table
 from pipeline.config import SelectionConfig, SweepSpec
-from pipeline.measure.interleaved import InterleavedResult
-from pipeline.measure.job import DevRows, Log, VariantFacts, failure, job_dict, run_variant_job, variant_job, variants_wanted
+from pipeline.measure.job import DevRows, Log, VariantOutcome, failure, run_variant_job, variant_job, variants_wanted
 from pipeline.measure.latency import LatencyRecord, Measurement, Timings, fill_latency, measure_all, on_one_node, save_record
 from pipeline.prepare.data import task_spec
 from pipeline.prepare.model_card import write_card
@@ -270,7 +269,7 @@ def variants_step(spec: SweepSpec, students: Mapping[str, Path], teacher: Path |
         job = variant_job(spec, students, teacher, out_dir, dev, store, interleave)
         log(f"variants: {len(job.models)} model(s) × {', '.join(job.runtimes)} at "
             f"{', '.join(s.label for s in selection.latency.shapes)}, scored on {len(dev.labels)} dev rows")
-        outcome = on_one_node(run_variant_job, job_dict(job), selection.latency, log)
+        outcome = on_one_node(run_variant_job, job, selection.latency, log)
         table = variant_table_of(outcome, selection)
     except Exception as e:  # noqa: BLE001 — the eager results, the report and the registry go on
         log(f"variants: not built ({failure(e)})")
@@ -279,12 +278,11 @@ def variants_step(spec: SweepSpec, students: Mapping[str, Path], teacher: Path |
     return table
 
 
-def variant_table_of(outcome: Mapping[str, Any], selection: SelectionConfig) -> pd.DataFrame:
+def variant_table_of(outcome: VariantOutcome, selection: SelectionConfig) -> pd.DataFrame:
     """`run_variant_job`'s result as the variants table (`variant_rows`), front marked under the
     spec's objectives and budget."""
     latency = selection.latency
-    facts = [VariantFacts(**fact) for fact in outcome["facts"]]
-    measurements = {label: InterleavedResult.model_validate(r) for label, r in outcome["measurements"].items()}
-    return variant_rows(facts, measurements, front_shape=latency.front_shape, device=latency.device, threads=outcome["threads"],
+    return variant_rows(outcome.facts, outcome.measurements, front_shape=latency.front_shape, device=latency.device,
+                        threads=outcome.threads,
                         size_objective=selection.size_objective, max_latency_ms=selection.max_latency_ms,
                         min_speedup=selection.min_speedup)

@@ -186,7 +186,7 @@ def typed(frame: pd.DataFrame) -> pd.DataFrame:
 
 def variant_rows(
     facts: Sequence[VariantFacts],
-    measurements: Mapping[Shape | str, InterleavedResult],
+    measurements: Mapping[str, InterleavedResult] | Mapping[Shape, InterleavedResult],
     *,
     front_shape: Shape | str,
     device: str,

@@ -6,6 +6,7 @@ reason when the kernel cannot reset it."""
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -206,7 +207,7 @@ def test_variant_job_builds_scores_times_and_measures_half_precision(tmp_path, t
     )
     lines: list[str] = []
     outcome = run_variant_job(job, lines.append)
-    facts = {(f["trial_id"], f["runtime"]): f for f in outcome["facts"]}
+    facts = {(f.trial_id, f.runtime): asdict(f) for f in outcome.facts}
     assert set(facts) == {(m, rt) for m in models for rt in job.runtimes}
     for (model, runtime), fact in facts.items():
         assert fact["error"] is None and fact["metric"] is not None, fact
@@ -218,7 +219,7 @@ def test_variant_job_builds_scores_times_and_measures_half_precision(tmp_path, t
             assert 0 < fact["parity_max_abs_diff"] <= TOLERANCES[runtime]  # random heads: logits within ±1
             assert fact["size_bytes"] == (facts[model, "torch"]["size_bytes"] - _header(models[model])) / 2
     assert not (tmp_path / "variants").exists()  # nothing to write for eager variants
-    timed = outcome["measurements"]["4x16"]["timings"]
+    timed = outcome.measurements["4x16"].timings
     assert {"teacher/torch-fp16", "teacher/torch-bf16", "s0/torch-fp16", "s0/torch-bf16"} <= set(timed)
     (memory,) = [line for line in lines if line.startswith("variants: peak memory")]
     assert memory.startswith("variants: peak memory (resident set): teacher/torch ") and "@4x16" in memory
