@@ -22,6 +22,7 @@ nothing heavy (no torch, no onnx): `pipeline.config` imports it to validate a sp
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal, get_args
 
 # the names, once: a spec's `selection.runtimes` takes these (`pipeline.config.SelectionConfig`)
@@ -43,6 +44,7 @@ class Runtime:
     file: str | None  # the file the runtime's form is written to; None: the folder is the form
     tolerance: float
     serving: Serving
+    pyfunc: str  # the MLflow model-from-code file (beside this module) a consumer's pyfunc version runs
     label: str  # "fp32", "int8": how the report's stack summary names a step in this runtime
     default_on: tuple[str, ...] = ()  # devices ("cpu", "cuda") that time it when a spec names no runtime
 
@@ -110,11 +112,11 @@ class Runtime:
 #   off by 1-2 × scale on a fine-tuned head, a padding mask ignored by more than rounding on every
 #   padded row, and an fp16 overflow gives non-finite logits (refused whatever the tolerance).
 RUNTIMES: dict[str, Runtime] = {r.name: r for r in (
-    Runtime(TORCH, "torch", "float32", None, 1e-4, "eager", "fp32", default_on=("cpu", "cuda")),
-    Runtime(ORT, "onnxruntime", None, "model.onnx", 1e-3, "onnx", "onnx fp32"),
-    Runtime(ORT_INT8, "onnxruntime", None, "model.int8.onnx", 0.75, "onnx", "int8", default_on=("cpu",)),
-    Runtime(TORCH_FP16, "torch", "float16", None, 2e-2, "cast", "fp16", default_on=("cuda",)),
-    Runtime(TORCH_BF16, "torch", "bfloat16", None, 0.15, "cast", "bf16"),
+    Runtime(TORCH, "torch", "float32", None, 1e-4, "eager", "student_pyfunc.py", "fp32", default_on=("cpu", "cuda")),
+    Runtime(ORT, "onnxruntime", None, "model.onnx", 1e-3, "onnx", "onnx_pyfunc.py", "onnx fp32"),
+    Runtime(ORT_INT8, "onnxruntime", None, "model.int8.onnx", 0.75, "onnx", "onnx_pyfunc.py", "int8", default_on=("cpu",)),
+    Runtime(TORCH_FP16, "torch", "float16", None, 2e-2, "cast", "student_pyfunc.py", "fp16", default_on=("cuda",)),
+    Runtime(TORCH_BF16, "torch", "bfloat16", None, 0.15, "cast", "student_pyfunc.py", "bf16"),
 )}
 NAMES: tuple[RuntimeName, ...] = tuple(r.name for r in RUNTIMES.values())
 EAGER = TORCH  # eager fp32: always timed, and every `speedup` is over the teacher in it
@@ -137,6 +139,14 @@ def runtime(name: str) -> Runtime:
         return RUNTIMES[name]
     except KeyError:
         raise KeyError(f"runtime {name!r}: unknown; known: {', '.join(NAMES)}") from None
+
+
+def pyfunc_module(name: str) -> Path:
+    """The pyfunc file a consumer's version in this runtime runs (logged as an MLflow model from
+    code: the file's content travels with the version, so a version keeps the code it was
+    registered with): `pipeline/measure/student_pyfunc.py` for the eager runtimes, the fp32
+    folder cast as the runtime says; `pipeline/measure/onnx_pyfunc.py` for ONNX Runtime."""
+    return Path(__file__).with_name(runtime(name).pyfunc)
 
 
 def label(name: str) -> str:

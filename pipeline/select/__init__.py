@@ -1,2 +1,2 @@
 """Stage 5, select: from what `pipeline.measure` measured, the Pareto front and paired
-statistics, the champion policy, the registry, the report and the consumers' pyfunc."""
+statistics, the champion policy, the registry and the report."""

@@ -11,7 +11,7 @@ the eager front is registered (`pipeline.select.registry.register_front`):
   `selection.latency.all_seeds` the table also holds other seeds, which are never registered;
 - each variant on that front is a version: a `torch` one is its configuration's eager version
   (registered by `register_config` when its configuration is off the eager front); an ONNX
-  Runtime one is logged as `pipeline/select/onnx_pyfunc.py`, a model from code that needs only
+  Runtime one is logged as `pipeline/measure/onnx_pyfunc.py`, a model from code that needs only
   onnxruntime, tokenizers, numpy, pandas and mlflow in the consumer's process (no torch, no
   transformers, no drydock), with the `.onnx` file, the student's `tokenizer.json` and its
   `config.json` (label names) as artifacts;
@@ -42,7 +42,7 @@ from pipeline.config import SelectionConfig
 from pipeline.errors import DrydockError
 from pipeline.measure.engines import file_sha256, onnx_files
 from pipeline.measure.job import runner_name
-from pipeline.measure.runtimes import RUNTIMES
+from pipeline.measure.runtimes import RUNTIMES, pyfunc_module
 from pipeline.select.registry import (
     DEVICE_TAG,
     EAGER_RUNTIME,
@@ -61,7 +61,6 @@ from pipeline.select.registry import (
 )
 from pipeline.select.variants import variant_champion, variant_front
 
-ONNX_PYFUNC_MODULE = Path(__file__).with_name("onnx_pyfunc.py")
 TOKENIZER_FILE = "tokenizer.json"  # a fast tokenizer's whole definition: what the ONNX pyfunc tokenizes with
 DIGEST_TAG = "variant_sha256"  # an ONNX version's file content: a rebuilt, different file is a new version
 
@@ -100,7 +99,7 @@ def log_onnx_variant(onnx_file: Path, folder: Path, run_id: str, runtime: str, *
         model_config["batch_size"] = batch_size
     with keeps_ending(run_id), mlflow.start_run(run_id=run_id):
         info = mlflow.pyfunc.log_model(
-            name=f"model-{runtime}", python_model=str(ONNX_PYFUNC_MODULE),
+            name=f"model-{runtime}", python_model=str(pyfunc_module(runtime)),
             artifacts={role: str(path) for role, path in artifacts.items()}, model_config=model_config,
             input_example=PAIR_EXAMPLE if pair else SINGLE_EXAMPLE, pip_requirements=onnx_pip_requirements(),
         )

@@ -69,6 +69,10 @@ def test_what_each_runtime_knows():
         "torch": "eager", "onnxruntime": "onnx", "onnxruntime-int8": "onnx", "torch-fp16": "cast", "torch-bf16": "cast"}
     assert [runtimes.label(name) for name in (runtimes.EAGER, runtimes.QUANTIZED, "torch-bf16", "elsewhere")] == [
         "fp32", "int8", "bf16", "elsewhere"]
+    assert {name: runtimes.pyfunc_module(name).name for name in runtimes.NAMES} == {
+        "torch": "student_pyfunc.py", "onnxruntime": "onnx_pyfunc.py", "onnxruntime-int8": "onnx_pyfunc.py",
+        "torch-fp16": "student_pyfunc.py", "torch-bf16": "student_pyfunc.py"}
+    assert all(runtimes.pyfunc_module(name).is_file() for name in runtimes.NAMES)
     with pytest.raises(KeyError, match="known: torch, onnxruntime"):
         runtimes.runtime("onnx")
 
