@@ -1,5 +1,5 @@
 """How far each runtime variant's logits are from eager fp32, and what it costs in memory: the
-measurements behind `pipeline.select.runtimes.TOLERANCES` and the peak-memory figures.
+measurements behind `pipeline.measure.runtimes.TOLERANCES` and the peak-memory figures.
 
     .venv/bin/python benchmarks/parity.py [--teacher runs/teachers/<key>] [--runtimes torch,onnxruntime,...] [--out DIR]
 
@@ -74,19 +74,20 @@ def teacher_rows(folder: Path) -> tuple[list[dict[str, list[int]]], np.ndarray]:
 def compare(name: str, folder: Path, rows: list, runtimes: list[str], out: Path, labels: np.ndarray | None) -> None:
     import json
 
-    from pipeline.select.runtimes import build_variant, load_runner, measure_peak_memory, predict_logits
-    from pipeline.select.variant_stage import latency_inputs
+    from pipeline.measure.engines import build_variant, load_runner, measure_peak_memory, predict_logits
+    from pipeline.measure.job import latency_inputs
+    from pipeline.measure.runtimes import EAGER
 
     config = json.loads((folder / "config.json").read_text())
     logits, seconds, memory = {}, {}, {}
-    for runtime in ["torch", *[r for r in runtimes if r != "torch"]]:
+    for runtime in [EAGER, *[r for r in runtimes if r != EAGER]]:
         variant = build_variant(folder, runtime, out / "variants" / folder.name)
         started = time.perf_counter()
         logits[runtime] = predict_logits(load_runner(variant, 1), rows, 32)
         seconds[runtime] = time.perf_counter() - started
         peaks = [measure_peak_memory(variant, 1, latency_inputs(config, 32, 64)).bytes for _ in range(2)]
         memory[runtime] = "/".join("n/a" if p is None else f"{p / 1e6:.3g}" for p in peaks)
-    reference = logits["torch"]
+    reference = logits[EAGER]
     scale = max(1.0, float(np.abs(reference).max()))
     print(f"{name}  (max |logit| {np.abs(reference).max():.3g})")
     for runtime, got in logits.items():
@@ -99,7 +100,7 @@ def compare(name: str, folder: Path, rows: list, runtimes: list[str], out: Path,
 
 
 def main() -> int:
-    from pipeline.select.runtimes import RUNTIMES
+    from pipeline.measure.runtimes import NAMES as RUNTIMES
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--teacher", type=Path, default=None, help="a fine-tuned SST-2 folder, scored on the dev set")

@@ -6,19 +6,19 @@
 
 Issue 22, item 6: the alternative a user would pick for speed alone is the fine-tuned teacher
 exported to ONNX and quantized to int8 (the "Optimum-style baseline"). This script builds every
-runtime variant (`pipeline.select.runtimes`: `torch` eager fp32, `onnxruntime` fp32,
+runtime variant (`pipeline.measure.engines`: `torch` eager fp32, `onnxruntime` fp32,
 `onnxruntime-int8` dynamic per-channel) of the teacher and of each student, checks each against
 the folder's eager fp32 logits (`check_parity`, on the first 32 dev rows), scores each on the
 task's dev set (read as the select stage reads it: `labelled_split(spec, "dev")`, tokenized by
 the model folder's own tokenizer at `task.max_seq_length`), then times every model × runtime of
-one shape interleaved in this one process (`pipeline.select.interleaved.measure_interleaved`,
+one shape interleaved in this one process (`pipeline.measure.interleaved.measure_interleaved`,
 teacher included, `--threads` intra-op threads). Speedups are taken within rounds against the
 teacher in eager fp32, in the same runtime, and in ONNX Runtime int8; every p50 and speedup has
 its ~95% interval. Models of one architecture in one runtime are one measurement
 (`architecture_key`): the others say which one they were `measured as`.
 
 The select stage does the same for a sweep's timed students when `selection.runtimes` /
-`selection.latency.shapes` ask for it (`pipeline.select.variant_stage`, whose `tokenize`,
+`selection.latency.shapes` ask for it (`pipeline.measure.job`, whose `tokenize`,
 `out_folder` and `time_shape` this script uses), into variants.parquet; this script is for any
 folders, with three references and the done-when line.
 
@@ -199,7 +199,7 @@ def dev_set(spec_path: Path, max_eval: int | None) -> DevSet:
 
 def tokenize(folder: Path, dev: DevSet) -> tuple[list[dict[str, list[int]]], int]:
     """The dev rows tokenized by the folder's own tokenizer (truncated), and its pad id."""
-    from pipeline.select.variant_stage import tokenize as tokenize_rows
+    from pipeline.measure.job import tokenize as tokenize_rows
 
     text_b = list(dev.rows["text_b"]) if "text_b" in dev.rows.column_names else None
     return tokenize_rows(folder, list(dev.rows["text_a"]), text_b, dev.max_length)
@@ -216,8 +216,8 @@ class Entry:
 
     model: Model
     runtime: str
-    variant: Any = None  # pipeline.select.runtimes.Variant
-    runner: Any = None  # pipeline.select.runtimes.Runner
+    variant: Any = None  # pipeline.measure.engines.Variant
+    runner: Any = None  # pipeline.measure.engines.Runner
     metrics: dict[str, float] = field(default_factory=dict)
     logits: np.ndarray | None = None
     parity: float | None = None
@@ -230,15 +230,15 @@ class Entry:
         return f"{self.model.name}/{self.runtime}"
 
     @property
-    def config(self) -> dict[str, Any]:  # what `pipeline.select.variant_stage.time_shape` keys the architecture by
+    def config(self) -> dict[str, Any]:  # what `pipeline.measure.job.time_shape` keys the architecture by
         return self.model.config
 
 
 def prepare_entry(entry: Entry, rows: list[dict[str, list[int]]], pad_id: int, dev: DevSet, out: Path, threads: int) -> None:
     """Build the variant, load it, check it against eager fp32, score it on the dev set."""
     from pipeline.errors import DrydockError
+    from pipeline.measure.engines import check_parity, load_runner, pad_batch, predict_logits
     from pipeline.prepare.metrics import compute_metrics
-    from pipeline.select.runtimes import check_parity, load_runner, pad_batch, predict_logits
 
     started = time.perf_counter()
     entry.variant = build_variant_of(entry, out, dev.max_length)
@@ -253,8 +253,8 @@ def prepare_entry(entry: Entry, rows: list[dict[str, list[int]]], pad_id: int, d
 
 
 def build_variant_of(entry: Entry, out: Path, max_length: int):
-    from pipeline.select.runtimes import build_variant
-    from pipeline.select.variant_stage import out_folder
+    from pipeline.measure.engines import build_variant
+    from pipeline.measure.job import out_folder
 
     return build_variant(entry.model.folder, entry.runtime, out_folder(out, entry.model.name), seq_length_hint=max_length)
 
@@ -262,7 +262,7 @@ def build_variant_of(entry: Entry, out: Path, max_length: int):
 def prepare_all(models: list[Model], dev: DevSet, out: Path, threads: int, log: Log) -> list[Entry]:
     """Every model in every runtime; a student variant that fails is kept with its error (not
     timed), a teacher variant that fails stops the run (every speedup needs it)."""
-    from pipeline.select.runtimes import CPU_RUNTIMES as RUNTIMES  # the benchmark compares the CPU runtimes
+    from pipeline.measure.runtimes import CPU_RUNTIMES as RUNTIMES  # the benchmark compares the CPU runtimes
 
     entries = []
     for model in models:
@@ -289,15 +289,15 @@ def prepare_all(models: list[Model], dev: DevSet, out: Path, threads: int, log: 
 
 
 def references() -> list[str]:
-    from pipeline.select.runtimes import CPU_RUNTIMES as RUNTIMES  # the benchmark compares the CPU runtimes
+    from pipeline.measure.runtimes import CPU_RUNTIMES as RUNTIMES  # the benchmark compares the CPU runtimes
 
     return [f"{TEACHER}/{runtime}" for runtime in RUNTIMES]
 
 
 def time_shape(entries: list[Entry], shape: tuple[int, int], settings: Any, log: Log):
     """Every built entry at this shape, one timing per architecture and runtime, interleaved, in
-    this process (`pipeline.select.variant_stage.time_shape`, as the select stage times them)."""
-    from pipeline.select.variant_stage import time_shape as time_entries
+    this process (`pipeline.measure.job.time_shape`, as the select stage times them)."""
+    from pipeline.measure.job import time_shape as time_entries
 
     return time_entries(entries, shape, references(), settings, log)
 
@@ -377,7 +377,7 @@ def machine() -> dict[str, Any]:
     import torch
     import transformers
 
-    from pipeline.select.latency import cpu_name
+    from pipeline.measure.latency import cpu_name
 
     return {
         "cpu": cpu_name(), "cpus": os.cpu_count(), "hostname": platform.node(),
@@ -474,7 +474,8 @@ def main(argv: Sequence[str] | None = None, log: Log | None = None) -> dict[str,
     import torch
     from transformers.utils import logging as hf_logging
 
-    from pipeline.select.interleaved import InterleaveSettings
+    from pipeline.measure.interleaved import InterleaveSettings
+    from pipeline.measure.runtimes import EAGER
 
     hf_logging.disable_progress_bar()  # a "Loading weights" bar per model load, on every variant
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -490,7 +491,7 @@ def main(argv: Sequence[str] | None = None, log: Log | None = None) -> dict[str,
     started = machine()
     entries = prepare_all(models, dev, args.out or args.workdir / args.sweep / "runtimes-bench", args.threads, log)
     results = {shape_label(shape): time_shape(entries, shape, settings, log) for shape in shapes}
-    fp32 = {e.model.name: e for e in entries if e.runtime == "torch" and e.error is None}
+    fp32 = {e.model.name: e for e in entries if e.runtime == EAGER and e.error is None}
     records = [entry_record(e, fp32.get(e.model.name), dev, results) for e in entries]
     summary_shape = args.summary_shape if args.summary_shape in results else shape_label(shapes[-1])
     report = {

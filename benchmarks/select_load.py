@@ -5,7 +5,7 @@
 
 Issue 22's second done-when: in a select stage run while the test suite runs beside it, the
 teacher/student speedup of a 3-layer student stays within 10% of the same stage run on the idle
-machine. This runs exactly the stage's step (`pipeline.select.variant_stage.variants_step`, in
+machine. This runs exactly the stage's step (`pipeline.select.stage.variants_step`, in
 this process as without Ray: every model × runtime of a shape interleaved, ratios within rounds)
 on the sweep's finished students and the teacher their `drydock.json` names, with the spec the
 sweep's newest run saved (`runs/<run id>/spec.json`), `selection.runtimes` and
@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     from pipeline import results as results_table
     from pipeline.config import SweepSpec
     from pipeline.select.report import current_run_dir
-    from pipeline.select.variant_stage import variants_step
+    from pipeline.select.stage import variants_step
 
     sweep_dir = Path(args.workdir) / args.sweep
     run_dir = current_run_dir(sweep_dir)

@@ -28,6 +28,7 @@ import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from pipeline.errors import SpecError
+from pipeline.measure.runtimes import DEFAULT_RUNTIMES, EAGER, RuntimeName
 from pipeline.workdir import Counts
 
 # What a field counts for in a run's records (`pipeline.workdir.Counts`): `--resume` and the
@@ -455,16 +456,8 @@ class TrackingConfig(_Model):
     registered_model: PlainName | None = None
 
 
-# The runtimes a student (and the teacher) can be timed and served in (`selection.runtimes`; issue
-# #22): eager PyTorch fp32, ONNX Runtime fp32 and int8, and eager PyTorch cast to fp16 / bf16
-# (`pipeline.select.runtimes`). Half precision is what GPUs serve in; it runs on a CPU too, where
-# it pays only on CPUs with native half-precision matmuls (AMX / AVX512-FP16: this machine's Xeon
-# scored the SST-2 dev set with the teacher in bf16 in 2.7 s against 7.6 s in fp32, fp16 7.9 s:
-# `benchmarks/parity.py`, one thread, load included).
-RuntimeName = Literal["torch", "onnxruntime", "onnxruntime-int8", "torch-fp16", "torch-bf16"]
-# what a spec that names no runtime gets: what users serve encoders with on each device (CPUs: ONNX
-# Runtime int8; GPUs: fp16), beside eager fp32, which is always timed (see `_runtimes`)
-DEFAULT_RUNTIMES: dict[str, tuple[RuntimeName, ...]] = {"cpu": ("torch", "onnxruntime-int8"), "cuda": ("torch", "torch-fp16")}
+# The runtimes a student (and the teacher) can be timed and served in (`selection.runtimes`), and
+# each device's default list: `pipeline.measure.runtimes`, the one place they are named.
 _SHAPE_TEXT = re.compile(r"\s*(\d+)\s*[xX×]\s*(\d+)\s*")
 DEFAULT_SHAPES = ("1x128", "32x64")  # `selection.latency.shapes`: online traffic (batch 1), and batches
 DEFAULT_FRONT = (32, 64)  # `selection.latency.front_shape` (batch_size, seq_length) when the spec names none
@@ -513,7 +506,7 @@ def _positive_int(value: Any) -> bool:
 
 class LatencyConfig(_Model):
     """`selection.latency`: how and where the select stage times the students and the teacher
-    (`pipeline.select.latency` says which nodes each setting picks).
+    (`pipeline.measure.latency` says which nodes each setting picks).
 
     Shapes: every variant is timed at each of `shapes` (default batch 1 × 128 tokens, what online
     traffic sends, and 32 × 64); the front and the latency budget use `front_shape`, which
@@ -639,6 +632,7 @@ class SelectionConfig(_Model):
     latency: LatencyConfig = LatencyConfig()
     # the runtime variants of every student and of the teacher that are built, scored, timed and
     # placed on the front (`pipeline.select.variants`); default: DEFAULT_RUNTIMES of the device
+    # (`pipeline.measure.runtimes`)
     runtimes: Annotated[list[RuntimeName], ADDED_LATER] = list(DEFAULT_RUNTIMES["cpu"])  # on cuda: DEFAULT_RUNTIMES["cuda"] (`_device_default`)
     max_latency_ms: PositiveFloat | None = None
     min_speedup: PositiveFloat | None = None
@@ -670,7 +664,7 @@ class SelectionConfig(_Model):
         for i, runtime in enumerate(runtimes):
             if runtime in runtimes[:i]:
                 raise ValueError(f"{runtime!r} is listed twice")
-        return runtimes if "torch" in runtimes else ["torch", *runtimes]
+        return runtimes if EAGER in runtimes else [EAGER, *runtimes]
 
 
 # ----------------------------------------------------------------------------------------------

@@ -23,6 +23,7 @@ import pandas as pd
 from pipeline import results as results_table
 from pipeline.config import SweepSpec, check_for_sweep, load_deepspeed_preset, spec_to_dict
 from pipeline.errors import DrydockError
+from pipeline.measure.latency import check_latency_nodes
 from pipeline.prepare.revisions import source_revisions
 from pipeline.prepare.stage import prepare
 from pipeline.search.driver import SearchContext
@@ -33,7 +34,6 @@ from pipeline.search.state import end_run, open_run, run_revisions, run_storage,
 from pipeline.search.teacher import teacher_stage
 from pipeline.search.trainer import TrainResources
 from pipeline.search.tuner import close_progress, make_tuner
-from pipeline.select.latency import check_latency_nodes
 from pipeline.select.stage import select_stage
 from pipeline.storage import WorkStore
 from pipeline.tracking import TRACKING_DB, SweepTracker, uses_default_store

@@ -41,7 +41,7 @@ TEACHER_SUMMARY = "the pretrained teacher fine-tuned on the task's labels, which
 
 
 class LatencyFigures(Protocol):
-    """What the card shows of a latency measurement: `pipeline.select.latency.Measurement` fits
+    """What the card shows of a latency measurement: `pipeline.measure.latency.Measurement` fits
     (structurally; prepare may not import select)."""
 
     @property

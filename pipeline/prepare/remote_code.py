@@ -13,7 +13,7 @@ trial's MLflow run and the registry version are tagged with), and every loader i
   digest recorded for it, none is missing or added, and the modules the configs name are among
   them; anything else is a `DrydockError` naming the file, raised before anything is imported.
 
-The consumer's pyfunc (`pipeline/select/student_pyfunc.py`), which runs without drydock, repeats
+The consumer's pyfunc (`pipeline/measure/student_pyfunc.py`), which runs without drydock, repeats
 the same check against the digests recorded in its own model config.
 """
 

@@ -1,2 +1,2 @@
-"""Stage 4, measure and select: latency, the Pareto front and paired statistics, the champion
-policy, the registry, the report and the consumers' pyfunc."""
+"""Stage 5, select: from what `pipeline.measure` measured, the Pareto front and paired
+statistics, the champion policy, the registry and the report."""

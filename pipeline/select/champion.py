@@ -10,9 +10,8 @@ report and the Pareto selection read the budget through them.
   within the budget can hide a registered model over it. A candidate must prove it is within
   the budget, so a missing figure breaks it; a champion already registered is judged only on
   what its tags record, so a missing figure there breaks nothing.
-- `choose_champion`: the best mean metric among the configurations given (the select stage gives
-  the Pareto front: only it is registered, so only it can carry the alias) within the budget;
-  ties go to the faster configuration (mean latency).
+- which row may carry the alias (the most accurate on the front within the budget, ties to the
+  faster) is `pipeline.select.front.choose_champion`, for configurations and variants alike.
 - `decide`: the alias moves only forward. A new champion must beat the current champion's metric
   on the same data, so re-running a sweep that came out worse never silently replaces a better
   model. Every version records the dev set its `metric` was measured on (`pipeline.select.dev_set`:
@@ -31,8 +30,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-
-import pandas as pd
 
 from pipeline.config import SelectionConfig
 from pipeline.select.dev_set import DATA_TAG, LABELS_TAG, TASK_TAG
@@ -91,35 +88,11 @@ def budget_text(budget: SelectionConfig) -> str | None:
 
 
 def champion_rule(budget: SelectionConfig) -> str:
-    """The rule `choose_champion` applies, in the report's words."""
+    """The rule `pipeline.select.front.choose_champion` applies, in the report's words."""
     text = budget_text(budget)
     if text is None:
         return "best mean metric on the front (no latency budget)"
     return f"best mean metric on the front whose registered seed is within {text}"
-
-
-# ----------------------------------------------------------------------------------------------
-# choosing among configurations (the aggregate of pipeline.select.pareto)
-# ----------------------------------------------------------------------------------------------
-
-
-def within_budget(configs: pd.DataFrame, budget: SelectionConfig) -> pd.Series:
-    """Per configuration, on its best seed's figures (`best_latency_ms`, `best_speedup`)."""
-    latency = configs["best_latency_ms"].astype("float64")
-    speedup = configs["best_speedup"].astype("float64")
-    ok = [not budget_breaches(lat, spd, budget, unknown_breaks=True) for lat, spd in zip(latency, speedup)]
-    return pd.Series(ok, index=configs.index, dtype=bool)
-
-
-def choose_champion(configs: pd.DataFrame, budget: SelectionConfig) -> pd.Series | None:
-    """The best mean metric within the budget, ties to the faster (mean latency); None if
-    nothing qualifies."""
-    if not len(configs):
-        return None
-    eligible = configs[within_budget(configs, budget)]
-    if not len(eligible):
-        return None
-    return eligible.sort_values(["metric_mean", "latency_ms"], ascending=[False, True], kind="stable").iloc[0]
 
 
 # ----------------------------------------------------------------------------------------------

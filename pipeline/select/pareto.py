@@ -43,15 +43,16 @@ import json
 import math
 from dataclasses import dataclass
 from functools import cache
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 import pandas as pd
 from scipy import stats
 
 from pipeline.config import SelectionConfig
+from pipeline.measure.interleaved import Candidate, Interval
 from pipeline.results import flatten
-from pipeline.select.champion import choose_champion
+from pipeline.select.front import CONFIGS, choose_champion, front_mask
 
 PARAM_PREFIX = "params."
 
@@ -237,19 +238,19 @@ def _mean(group: pd.DataFrame, column: str) -> float:
 
 
 def pareto_mask(values: np.ndarray, maximize: list[bool]) -> np.ndarray:
-    """True for the non-dominated rows of `values` [n, k]; a row with a NaN is never on it."""
+    """True for the rows of `values` [n, 2 or 3] on the front (`pipeline.select.front.front_mask`)
+    of (metric ↑, latency ↓[, size ↓]) — the objectives `objectives` lists, in its order; a row
+    with a NaN is never on it. A configuration's latency is a point, where the front's rule is
+    plain Pareto dominance, and it has no size without the size objective: exact ties all stay."""
     values = np.asarray(values, dtype=np.float64)
     if values.ndim != 2 or values.shape[1] != len(maximize):
         raise ValueError(f"values of shape {values.shape} do not match {len(maximize)} objectives")
-    cost = np.where(np.asarray(maximize), -values, values)  # minimise everything
-    # a 2-D array's any(axis=1) is an array; numpy types it as scalar or array
-    valid = cast(np.ndarray, ~np.isnan(cost).any(axis=1))
-    mask = valid.copy()
-    for i in np.flatnonzero(valid):
-        others = cost[valid]
-        dominated = (others <= cost[i]).all(axis=1) & (others < cost[i]).any(axis=1)
-        mask[i] = not dominated.any()
-    return mask
+    if list(maximize) not in ([True, False], [True, False, False]):
+        raise ValueError(f"objectives {maximize}: expected (metric ↑, latency ↓[, size ↓])")
+    sized = len(maximize) == 3
+    cands = [Candidate(f"{i:09d}", float(v[0]), Interval(float(v[1]), float(v[1])), float(v[2]) if sized else 0.0)
+             for i, v in enumerate(values)]
+    return np.array(front_mask(cands, size_objective=sized), dtype=bool)
 
 
 def objectives(selection: SelectionConfig) -> list[tuple[str, bool]]:
@@ -278,7 +279,7 @@ def select(frame: pd.DataFrame, selection: SelectionConfig, bootstrap_seed: int 
     wanted = objectives(selection)
     configs["pareto"] = pareto_mask(configs[[c for c, _ in wanted]].to_numpy(dtype=np.float64), [m for _, m in wanted]) if len(configs) else []
     configs["pareto"] = configs["pareto"].astype(bool)
-    champion = choose_champion(configs[configs["pareto"]], selection)  # only the front is registered
+    champion = choose_champion(configs[configs["pareto"]], selection, CONFIGS)  # only the front is registered
     configs["champion"] = configs["config_key"] == (champion["config_key"] if champion is not None else None)
     return Selection(
         frame=mark_pareto(frame, configs),

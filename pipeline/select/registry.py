@@ -13,7 +13,7 @@ position table.
 A custom architecture (CoFi's pruned BERT, whose module ships in the folder via `auto_map`)
 never goes through the transformers flavor: MLflow would find the model class through `auto_map`
 and load it with `trust_remote_code`, unchecked, in every consumer. It is logged as
-`pipeline/select/student_pyfunc.py`, a self-contained MLflow "model from code" that wraps the
+`pipeline/measure/student_pyfunc.py`, a self-contained MLflow "model from code" that wraps the
 saved folder as an artifact, checks the folder's code against the digests it carries in its
 model config before loading it, and does tokenizer → model → softmax itself (same output
 columns); `flavor="auto"` also falls back to it when the transformers flavor refuses a stock
@@ -52,6 +52,7 @@ from mlflow.exceptions import MlflowException
 
 from pipeline.config import SelectionConfig
 from pipeline.errors import DrydockError
+from pipeline.measure.runtimes import EAGER, pyfunc_module
 from pipeline.prepare.model_card import CARD_FILE, read_card
 from pipeline.prepare.remote_code import CODE_DIGEST_KEY, CODE_FILES_KEY, combined_digest, recorded_code, remote_code
 from pipeline.select.champion import (
@@ -67,14 +68,14 @@ from pipeline.select.champion import (
 )
 from pipeline.select.dev_set import DevSet
 
-PYFUNC_MODULE = Path(__file__).with_name("student_pyfunc.py")
+PYFUNC_MODULE = pyfunc_module(EAGER)  # the student pyfunc: every eager runtime's (`pipeline.measure.runtimes`)
 Flavor = Literal["auto", "transformers", "pyfunc"]
 SINGLE_EXAMPLE = ["a short example sentence to classify"]
 PAIR_EXAMPLE = [{"text": "a first example sentence", "text_pair": "a second example sentence"}]
 CODE_RUN_TAG = "drydock.code_sha256"  # the trial run's tag: the digest of the custom code it logged
 # what a consumer loading a version runs, and what its latency tags were measured at (issue #22)
 RUNTIME_TAG, SHAPE_TAG, DEVICE_TAG = "runtime", "shape", "device"
-EAGER_RUNTIME = "torch"  # the transformers / student pyfunc flavors: eager fp32 PyTorch
+EAGER_RUNTIME = EAGER  # the transformers / student pyfunc flavors: eager fp32 PyTorch
 
 
 @contextmanager

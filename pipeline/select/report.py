@@ -37,13 +37,13 @@ import pandas as pd
 from pipeline import results as results_table
 from pipeline.config import SelectionConfig, SweepSpec, spec_from_dict
 from pipeline.errors import DrydockError
+from pipeline.measure.job import TEACHER
+from pipeline.measure.latency import LATENCY_FILE, LatencyRecord, Measurement, load_record
+from pipeline.measure.runtimes import EAGER
 from pipeline.select.champion import champion_rule
-from pipeline.select.latency import LATENCY_FILE, LatencyRecord, Measurement, load_record
 from pipeline.select.pareto import Selection, config_key, row_params, select
 from pipeline.select.variants import (
-    EAGER,
     INT8,
-    TEACHER,
     dominated_by,
     read_variants,
     shape_column,
@@ -379,7 +379,7 @@ def pareto_figure(chosen: Selection, frame: pd.DataFrame, ctx: ReportContext) ->
     (`_runtimes_panel`).
 
     Beside, not on the same axes: the two are different measurements (the configurations' seed
-    means, timed one model at a time by `pipeline.select.latency`; one model per configuration in
+    means, timed one model at a time by `pipeline.measure.latency`; one model per configuration in
     each runtime, timed interleaved with an interval), and each has its own teacher point and its
     own front. On one axes the same student in eager fp32 would be drawn twice at two latencies
     and the two fronts crossed; side by side, with the metric axis shared, a runtime's gain is

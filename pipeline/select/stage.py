@@ -6,11 +6,11 @@ It runs after the search, on the sweep's current results.parquet, in the sweep's
 1. measure — the teacher and, of each configuration, the export the registry would serve
    (every finished trial's with `selection.latency.all_seeds`; `pipeline.select.pareto.latency_plan`),
    in parallel on whole nodes of one device model, the teacher on each node, every speedup
-   against its own node's teacher (`pipeline.select.latency`);
+   against its own node's teacher (`pipeline.measure.latency`);
 2. select — pure functions over the table (`pipeline.select.pareto`); results.parquet is rewritten
    atomically with latency_ms, latency_p90_ms, speedup and pareto filled, and latency.json keeps
    the teacher's timing so `drydock report` can rebuild the report later.
-   Then the runtime variants (`pipeline.select.variant_stage`), when the spec asks for more
+   Then the runtime variants (`pipeline.measure.job`), when the spec asks for more
    than eager fp32 at one shape: the teacher and every timed student in each runtime of
    `selection.runtimes`, checked against eager fp32, scored on the dev set and timed
    interleaved in one process at every shape of `selection.latency.shapes`, into
@@ -36,24 +36,25 @@ inspectable sweep folder.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
 from pipeline import results as results_table
-from pipeline.config import SweepSpec
+from pipeline.config import SelectionConfig, SweepSpec
+from pipeline.measure.job import DevRows, Log, VariantOutcome, failure, run_variant_job, variant_job, variants_wanted
+from pipeline.measure.latency import LatencyRecord, Measurement, Timings, fill_latency, measure_all, on_one_node, save_record
 from pipeline.prepare.model_card import write_card
 from pipeline.prepare.tasks import task_spec
 from pipeline.select.dev_set import DEV_SPLIT, DevSet, dev_set_of
 from pipeline.select.evaluate import evaluate, labelled_split
-from pipeline.select.latency import LatencyRecord, Measurement, Timings, fill_latency, measure_all, save_record
 from pipeline.select.pareto import Selection, latency_plan, select, served_by
 from pipeline.select.registry import Rescore, register_front
 from pipeline.select.report import ReportContext, ReportFiles, current_run_dir, publish_latest, write_report
 from pipeline.select.variant_registry import VariantFront
-from pipeline.select.variant_stage import variants_step
-from pipeline.select.variants import variants_path
+from pipeline.select.variants import variant_rows, variants_path, write_variants
 from pipeline.storage import WorkStore
 from pipeline.tracking import SweepTracker
 
@@ -249,3 +250,39 @@ def publish(sweep_dir: Path, run_dir: Path | None, out_dir: Path, frame: pd.Data
     kept = f" (this run's own in {shown(run_dir)})" if run_dir is not None else ""
     log(f"select: {len(chosen.front)} Pareto configuration(s) of {len(chosen.configs)}; "
         f"report {shown(latest.markdown)}, plot {shown(latest.plot)}{kept}")
+
+
+def variants_step(spec: SweepSpec, students: Mapping[str, Path], teacher: Path | None, out_dir: Path, log: Log = print,
+                  *, store: WorkStore | None = None, interleave: Mapping[str, Any] | None = None) -> pd.DataFrame | None:
+    """`<out_dir>/variants.parquet` for the teacher and the timed `students`, or None when the
+    spec wants no variants, there is nothing to compare, or the step as a whole could not run
+    (said in the log: the stage goes on without it). Variant failures are rows, not exceptions.
+    `interleave`: see `variant_job`."""
+    selection = spec.selection
+    if not variants_wanted(selection):
+        return None
+    if teacher is None or not students:
+        log("variants: no teacher or no timed student; no runtime variants built")
+        return None
+    try:
+        dev = DevRows.of(labelled_split(spec, DEV_SPLIT), task_spec(spec.task), spec.task.max_seq_length)
+        job = variant_job(spec, students, teacher, out_dir, dev, store, interleave)
+        log(f"variants: {len(job.models)} model(s) × {', '.join(job.runtimes)} at "
+            f"{', '.join(s.label for s in selection.latency.shapes)}, scored on {len(dev.labels)} dev rows")
+        outcome = on_one_node(run_variant_job, job, selection.latency, log)
+        table = variant_table_of(outcome, selection)
+    except Exception as e:  # noqa: BLE001 — the eager results, the report and the registry go on
+        log(f"variants: not built ({failure(e)})")
+        return None
+    write_variants(variants_path(out_dir), table)
+    return table
+
+
+def variant_table_of(outcome: VariantOutcome, selection: SelectionConfig) -> pd.DataFrame:
+    """`run_variant_job`'s result as the variants table (`variant_rows`), front marked under the
+    spec's objectives and budget."""
+    latency = selection.latency
+    return variant_rows(outcome.facts, outcome.measurements, front_shape=latency.front_shape, device=latency.device,
+                        threads=outcome.threads,
+                        size_objective=selection.size_objective, max_latency_ms=selection.max_latency_ms,
+                        min_speedup=selection.min_speedup)

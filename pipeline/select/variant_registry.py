@@ -1,6 +1,6 @@
 """The registry serves what was measured (issue #22, item 5): runtime variants as model versions.
 
-With runtime variants built (`pipeline.select.variant_stage`, variants.parquet), the model a
+With runtime variants built (`pipeline.measure.job`, variants.parquet), the model a
 consumer loads must be the one the front and the champion were chosen on: an int8 student chosen
 for its ONNX Runtime latency and its int8 accuracy must not be served as eager fp32. So, after
 the eager front is registered (`pipeline.select.registry.register_front`):
@@ -11,7 +11,7 @@ the eager front is registered (`pipeline.select.registry.register_front`):
   `selection.latency.all_seeds` the table also holds other seeds, which are never registered;
 - each variant on that front is a version: a `torch` one is its configuration's eager version
   (registered by `register_config` when its configuration is off the eager front); an ONNX
-  Runtime one is logged as `pipeline/select/onnx_pyfunc.py`, a model from code that needs only
+  Runtime one is logged as `pipeline/measure/onnx_pyfunc.py`, a model from code that needs only
   onnxruntime, tokenizers, numpy, pandas and mlflow in the consumer's process (no torch, no
   transformers, no drydock), with the `.onnx` file, the student's `tokenizer.json` and its
   `config.json` (label names) as artifacts;
@@ -40,6 +40,9 @@ from mlflow.entities.model_registry import ModelVersion
 
 from pipeline.config import SelectionConfig
 from pipeline.errors import DrydockError
+from pipeline.measure.engines import file_sha256, onnx_files
+from pipeline.measure.job import runner_name
+from pipeline.measure.runtimes import RUNTIMES, pyfunc_module
 from pipeline.select.registry import (
     DEVICE_TAG,
     EAGER_RUNTIME,
@@ -56,10 +59,8 @@ from pipeline.select.registry import (
     register_config,
     tag_text,
 )
-from pipeline.select.runtimes import HALF_RUNTIMES, TORCH_DTYPES, file_sha256, onnx_files
-from pipeline.select.variants import runner_name, variant_champion, variant_front
+from pipeline.select.variants import variant_champion, variant_front
 
-ONNX_PYFUNC_MODULE = Path(__file__).with_name("onnx_pyfunc.py")
 TOKENIZER_FILE = "tokenizer.json"  # a fast tokenizer's whole definition: what the ONNX pyfunc tokenizes with
 DIGEST_TAG = "variant_sha256"  # an ONNX version's file content: a rebuilt, different file is a new version
 
@@ -98,7 +99,7 @@ def log_onnx_variant(onnx_file: Path, folder: Path, run_id: str, runtime: str, *
         model_config["batch_size"] = batch_size
     with keeps_ending(run_id), mlflow.start_run(run_id=run_id):
         info = mlflow.pyfunc.log_model(
-            name=f"model-{runtime}", python_model=str(ONNX_PYFUNC_MODULE),
+            name=f"model-{runtime}", python_model=str(pyfunc_module(runtime)),
             artifacts={role: str(path) for role, path in artifacts.items()}, model_config=model_config,
             input_example=PAIR_EXAMPLE if pair else SINGLE_EXAMPLE, pip_requirements=onnx_pip_requirements(),
         )
@@ -120,7 +121,7 @@ def variant_tags(base: dict[str, str], row: pd.Series, fp32_metric: float | None
     # not the configuration's seed spread (the metric is this export's), nor, for ONNX, custom
     # code (the graph is the architecture; a half-precision version loads the folder's code)
     dropped = {"latency_device", "latency_threads", "metric_std", "metric_n"}
-    if str(row["runtime"]) not in HALF_RUNTIMES:
+    if RUNTIMES[str(row["runtime"])].serving != "cast":
         dropped.add("code_sha256")
     tags = {k: v for k, v in base.items() if k not in dropped}
     own = {
@@ -143,7 +144,8 @@ def register_variant(reg: Registration, config: pd.Series, row: pd.Series, varia
     pyfunc cast to the variant's dtype for `torch-fp16` / `torch-bf16`, an ONNX pyfunc model for
     ONNX Runtime. None when it cannot be (said in the log; the others go on)."""
     runtime = str(row["runtime"])
-    if runtime == EAGER_RUNTIME:
+    serving = RUNTIMES[runtime].serving  # how this runtime is logged for a consumer (`pipeline.measure.runtimes`)
+    if serving == "eager":
         eager = outcome.versions.get(config["config_key"]) or register_config(reg, config)
         if eager is not None:  # the eager version says which shape and device the variants were timed at too
             outcome.versions[config["config_key"]] = eager
@@ -154,7 +156,7 @@ def register_variant(reg: Registration, config: pd.Series, row: pd.Series, varia
     same = variants[(variants["trial_id"] == row["trial_id"]) & (variants["runtime"] == EAGER_RUNTIME)]["metric"].dropna()
     try:
         tags = variant_tags(reg.tags_of(config, folder), row, float(same.iloc[0]) if len(same) else None)
-        onnx_file = None if runtime in HALF_RUNTIMES else reg.localize(str(row["path"]))
+        onnx_file = reg.localize(str(row["path"])) if serving == "onnx" else None
         if onnx_file is not None and onnx_file.is_file():
             tags[DIGEST_TAG] = file_sha256(onnx_file)  # one version per file content, whichever run built it
         existing = find_version(reg.client, reg.name, str(config["best_student_path"]), runtime,
@@ -164,10 +166,11 @@ def register_variant(reg: Registration, config: pd.Series, row: pd.Series, varia
                 reg.client.set_model_version_tag(reg.name, existing.version, key, value)
             return str(existing.version)
         if onnx_file is None:
-            cast = {"dtype": TORCH_DTYPES[runtime], "device": str(row["device"])}
+            dtype = str(RUNTIMES[runtime].dtype)
+            cast = {"dtype": dtype, "device": str(row["device"])}
             model_uri, used = log_student(folder, reg.run_of(config), max_length=reg.max_length, pair=reg.pair,
                                           log=reg.log, runtime=cast)
-            tags["flavor"] = f"{used} ({TORCH_DTYPES[runtime]})"
+            tags["flavor"] = f"{used} ({dtype})"
         else:
             model_uri = log_onnx_variant(onnx_file, folder, reg.run_of(config), runtime, max_length=reg.max_length,
                                          pair=reg.pair)

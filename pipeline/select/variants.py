@@ -2,15 +2,15 @@
 stage of the compression stack bought (issue #22, items 3 and 4).
 
 Pure: no Ray, no MLflow, no model loading. The select stage builds, checks and scores every
-runtime variant (`pipeline.select.runtimes`), times them interleaved at each shape
-(`pipeline.select.interleaved`), and hands the figures here: `variant_rows` makes the table,
+runtime variant (`pipeline.measure.engines`), times them interleaved at each shape
+(`pipeline.measure.interleaved`), and hands the figures here: `variant_rows` makes the table,
 `variant_front` marks its front, `variant_champion` picks from it, `stack_summary` words the
 report's line, `write_variants` / `read_variants` store it.
 
 One row per (trial_id, runtime), the teacher's variants included (trial_id "teacher"). Columns,
 a contract (consumers read them by name):
 
-- `trial_id`, `runtime` ("torch", "onnxruntime", "onnxruntime-int8", "torch-fp16", ...),
+- `trial_id`, `runtime` (a name of `pipeline.measure.runtimes`),
   `metric_name`, `metric`: the variant's own score on the dev set (an int8 variant's, not its fp32
   model's).
 - the front's shape (`selection.latency.front_shape`, named in `front_shape`): `latency_ms`,
@@ -36,23 +36,24 @@ row was never a candidate — the teacher's variants (shown beside the students,
 front), a variant with an `error`, one without a metric or a latency at the front's shape, and,
 when a budget is given, one outside it.
 
-The front (`variant_front`): metric ↑, latency ↓ at the front's shape, where a latency
+The front (`variant_front`, by `pipeline.select.front`'s rule, the configurations' too): metric ↑,
+latency ↓ at the front's shape, where a latency
 difference inside the intervals never decides (issue #22, item 3). A variant is dominated when
 another is at least as accurate and `faster` (the intervals separate), or equally fast within the
 noise (the intervals overlap) and strictly more accurate; between variants that leaves on the
 front with the same metric (their latencies then overlap pairwise), the smaller file wins.
 `size_objective`: the size is a third objective instead (`interleaved.dominates(size=True)`).
 
-The budget (`max_latency_ms`, `min_speedup`) is judged as `pipeline.select.champion` judges it
-today (`budget_breaches`): on the p50 at the front's shape and on the median `speedup` — a variant
+The budget (`max_latency_ms`, `min_speedup`) is judged by `pipeline.select.front.within_budget`
+(the configurations' filter too): on the p50 at the front's shape and on the median `speedup` — a variant
 whose interval straddles the budget is judged by its p50 (the best estimate of what it will
 serve at), not by either end of its interval, so the budget does not move with how noisy the
 machine was; a missing figure breaks it. Unlike results.parquet, where the front ignores the
 budget and the champion is picked from the front within it, variants outside the budget are no
 candidates when a budget is given: a variant beaten only by one over the budget is then on the
-front, and the champion (`variant_champion`: the front's most accurate; ties by
-`interleaved.rank`: faster where the intervals separate, else smaller) is the most accurate
-variant within the budget.
+front, and the champion (`variant_champion`: `pipeline.select.front.choose_champion` over the
+front, the front's most accurate; ties by `interleaved.rank`: faster where the intervals
+separate, else smaller) is the most accurate variant within the budget.
 """
 
 from __future__ import annotations
@@ -67,15 +68,15 @@ from typing import Any
 import pandas as pd
 
 from pipeline.config import SelectionConfig, Shape
-from pipeline.select.champion import budget_breaches
-from pipeline.select.interleaved import Candidate, InterleavedResult, Interval, dominates, latency_differs, rank
+from pipeline.measure.interleaved import Candidate, InterleavedResult, dominates
+from pipeline.measure.job import TEACHER, VariantFacts, runner_name
+from pipeline.measure.runtimes import EAGER, QUANTIZED
+from pipeline.measure.runtimes import label as runtime_label
+from pipeline.select import front
+from pipeline.select.front import VARIANTS
 
 VARIANTS_FILE = "variants.parquet"
-TEACHER = "teacher"  # the teacher's trial_id, and the first part of its runners' names
-# `pipeline.select.runtimes.TORCH` and `ORT_INT8`, not imported: that module imports scipy (the
-# metrics), a second of import for two strings
-EAGER = "torch"  # every `speedup` is over the teacher in this runtime
-INT8 = "onnxruntime-int8"
+INT8 = QUANTIZED  # the stack summary's quantized runtime (`pipeline.measure.runtimes`)
 SHAPE_SEP = "@"
 
 LEADING = ["trial_id", "runtime", "metric_name", "metric"]
@@ -117,11 +118,6 @@ def table_shapes(table: pd.DataFrame) -> list[str]:
     return [str(c)[len(prefix):] for c in table.columns if str(c).startswith(prefix)]
 
 
-def runner_name(trial_id: str, runtime: str) -> str:
-    """The key of a variant's timing in an `InterleavedResult`: "<trial_id>/<runtime>"."""
-    return f"{trial_id}/{runtime}"
-
-
 def columns(shapes: Sequence[str]) -> list[str]:
     return LEADING + FIGURES + [shape_column(f, s) for s in shapes for f in FIGURES] + TRAILING
 
@@ -129,21 +125,6 @@ def columns(shapes: Sequence[str]) -> list[str]:
 # ----------------------------------------------------------------------------------------------
 # the table
 # ----------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class VariantFacts:
-    """What the select stage knows of one variant besides its timings."""
-
-    trial_id: str  # TEACHER for the teacher
-    runtime: str
-    metric: float | None  # the variant's own score on the dev set
-    size_bytes: int | None
-    path: str | None
-    parity_max_abs_diff: float | None = None
-    peak_memory_bytes: int | None = None
-    metric_name: str | None = None
-    error: str | None = None  # could not be built, verified or scored: never a candidate
 
 
 def _figures(result: InterleavedResult, name: str, runtime: str) -> dict[str, Any] | None:
@@ -205,7 +186,7 @@ def typed(frame: pd.DataFrame) -> pd.DataFrame:
 
 def variant_rows(
     facts: Sequence[VariantFacts],
-    measurements: Mapping[Shape | str, InterleavedResult],
+    measurements: Mapping[str, InterleavedResult] | Mapping[Shape, InterleavedResult],
     *,
     front_shape: Shape | str,
     device: str,
@@ -242,33 +223,10 @@ def variant_rows(
 # ----------------------------------------------------------------------------------------------
 
 
-def _number(value: Any) -> float:
-    return math.nan if value is None or value is pd.NA or pd.isna(value) else float(value)
-
-
 def candidate(row: pd.Series) -> Candidate:
-    """A row as `pipeline.select.interleaved` compares it: metric, latency interval at the front's
-    shape, size in bytes (NaN where unknown)."""
-    return Candidate(name=runner_name(str(row["trial_id"]), str(row["runtime"])), metric=_number(row["metric"]),
-                     latency=Interval(_number(row["latency_low_ms"]), _number(row["latency_high_ms"])),
-                     size=_number(row["size_bytes"]))
-
-
-def variant_dominates(a: Candidate, b: Candidate, *, size_objective: bool = False) -> bool:
-    """a dominates b (the module docstring's rule, pairwise): at least as accurate and faster
-    beyond the intervals, or within the noise and more accurate, or — without `size_objective` —
-    equally accurate within the noise and smaller. With `size_objective` the size is a third
-    objective (`interleaved.dominates(size=True)`)."""
-    if size_objective:
-        return dominates(a, b, size=True)
-    return dominates(a, b) or (a.metric == b.metric and not latency_differs(a.latency, b.latency) and a.size < b.size)
-
-
-def within_budget(row: pd.Series, max_latency_ms: float | None, min_speedup: float | None) -> bool:
-    """The budget as `pipeline.select.champion.budget_breaches` judges a candidate: the p50 at the
-    front's shape and the median `speedup`; a missing figure breaks it."""
-    budget = SelectionConfig(max_latency_ms=max_latency_ms, min_speedup=min_speedup)
-    return not budget_breaches(_number(row["latency_ms"]), _number(row["speedup"]), budget, unknown_breaks=True)
+    """A row as the front compares it: metric, latency interval at the front's shape, size in
+    bytes (NaN where unknown), named "<trial_id>/<runtime>"."""
+    return front.candidate(row, VARIANTS, runner_name(str(row["trial_id"]), str(row["runtime"])))
 
 
 def candidates_mask(table: pd.DataFrame, *, size_objective: bool = False, max_latency_ms: float | None = None,
@@ -280,58 +238,41 @@ def candidates_mask(table: pd.DataFrame, *, size_objective: bool = False, max_la
     needed = ["metric", "latency_ms", "latency_low_ms", "latency_high_ms"] + (["size_bytes"] if size_objective else [])
     ok = (table["trial_id"].astype("string") != TEACHER).fillna(False).astype(bool) & table["error"].isna()
     ok &= table[needed].notna().all(axis=1)
-    budget = max_latency_ms is not None or min_speedup is not None
-    if budget:
-        ok &= pd.Series([within_budget(row, max_latency_ms, min_speedup) for _, row in table.iterrows()], index=table.index)
+    if max_latency_ms is not None or min_speedup is not None:
+        ok &= front.within_budget(table, SelectionConfig(max_latency_ms=max_latency_ms, min_speedup=min_speedup), VARIANTS)
     return ok.astype(bool)
-
-
-def front_mask(cands: Sequence[Candidate], *, size_objective: bool = False) -> list[bool]:
-    """True for the candidates on the front (the module docstring's rule). Without
-    `size_objective`, size only breaks an exact metric tie between two the metric and latency
-    rule keeps (their intervals then overlap: neither is faster than the other, or it would
-    dominate it), so the relation never runs in a circle and the front is never empty."""
-    keep = [not any(dominates(o, c, size=size_objective) for o in cands if o is not c) for c in cands]
-    if size_objective:
-        return keep
-    kept = [c for c, k in zip(cands, keep) if k]
-    return [k and not any(o.metric == c.metric and o.size < c.size for o in kept) for c, k in zip(cands, keep)]
 
 
 def variant_front(table: pd.DataFrame, *, size_objective: bool = False, max_latency_ms: float | None = None,
                   min_speedup: float | None = None) -> pd.DataFrame:
-    """The table with `pareto` marked: True on the front of the candidates (`candidates_mask`),
-    False for the other candidates, null for every row that was not one."""
+    """The table with `pareto` marked: True on the front (`pipeline.select.front.front_mask`) of
+    the candidates (`candidates_mask`), False for the other candidates, null for every row that
+    was not one."""
     table = table.copy()
     mask = candidates_mask(table, size_objective=size_objective, max_latency_ms=max_latency_ms, min_speedup=min_speedup)
     rows = table[mask]
     marks = pd.Series(pd.NA, index=table.index, dtype="boolean")
     if len(rows):
-        on_front = front_mask([candidate(row) for _, row in rows.iterrows()], size_objective=size_objective)
-        marks.loc[rows.index] = on_front
+        marks.loc[rows.index] = front.front_mask(front.candidates(rows, VARIANTS), size_objective=size_objective)
     table["pareto"] = marks
     return table
 
 
 def variant_champion(table: pd.DataFrame, *, size_objective: bool = False, max_latency_ms: float | None = None,
                      min_speedup: float | None = None) -> pd.Series | None:
-    """The champion rule over variants: the front's most accurate variant within the budget; ties
-    by `interleaved.rank` (faster where the intervals separate, else smaller, then name). None when
-    no variant qualifies."""
+    """The champion rule (`pipeline.select.front.choose_champion`, the configurations' too) over
+    the variants' front under this budget: its most accurate variant, ties by `rank` (faster where
+    the intervals separate, else smaller, then name). None when no variant qualifies."""
     marked = variant_front(table, size_objective=size_objective, max_latency_ms=max_latency_ms, min_speedup=min_speedup)
-    front = marked[marked["pareto"].fillna(False).astype(bool)]
-    if not len(front):
-        return None
-    best = front[front["metric"] == front["metric"].max()]
-    by_name = {runner_name(str(r["trial_id"]), str(r["runtime"])): i for i, r in best.iterrows()}
-    first = rank([candidate(row) for _, row in best.iterrows()])[0]
-    return marked.loc[by_name[first.name]]
+    on_front = marked[marked["pareto"].fillna(False).astype(bool)]
+    return front.choose_champion(on_front, SelectionConfig(max_latency_ms=max_latency_ms, min_speedup=min_speedup), VARIANTS)
 
 
 def dominated_by(table: pd.DataFrame, trial_id: str, runtime: str, *, size_objective: bool = False) -> list[str]:
-    """The student variants ("<trial_id>/<runtime>") that dominate this row (`variant_dominates`):
-    for the report's "which students dominate the teacher's int8 variant". Empty when the row is
-    not there or has no metric or latency; the students are the candidates without a budget."""
+    """The student variants ("<trial_id>/<runtime>") that dominate this row on the front's rule
+    (`dominates`; without `size_objective`, equally accurate within the noise and smaller counts
+    too): for the report's "which students dominate the teacher's int8 variant". Empty when the
+    row is not there or has no metric or latency; the students are the candidates without a budget."""
     rows = table[(table["trial_id"] == trial_id) & (table["runtime"] == runtime)]
     if not len(rows):
         return []
@@ -340,7 +281,7 @@ def dominated_by(table: pd.DataFrame, trial_id: str, runtime: str, *, size_objec
         return []
     students = table[candidates_mask(table, size_objective=size_objective)]
     return [c.name for c in (candidate(row) for _, row in students.iterrows())
-            if c.name != target.name and variant_dominates(c, target, size_objective=size_objective)]
+            if c.name != target.name and dominates(c, target, size=size_objective, size_breaks_ties=not size_objective)]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -403,7 +344,7 @@ def _step(table: pd.DataFrame, label: str, trial_id: str, runtime: str, previous
     row = rows.iloc[0] if len(rows) else None
 
     def figure(column: str) -> float | None:
-        value = _number(row[column]) if row is not None else math.nan
+        value = front.number(row[column]) if row is not None else math.nan
         return None if math.isnan(value) else value
 
     metric, speedup = figure("metric"), figure("speedup")
@@ -426,8 +367,8 @@ def stack_summary(table: pd.DataFrame, *, size_objective: bool = False, max_late
     if champion is None:
         return None
     student = str(champion["trial_id"])
-    plan = (("teacher fp32", TEACHER, EAGER), ("teacher int8", TEACHER, quantized),
-            ("student fp32", student, EAGER), ("student int8", student, quantized))
+    plan = ((f"teacher {runtime_label(EAGER)}", TEACHER, EAGER), (f"teacher {runtime_label(quantized)}", TEACHER, quantized),
+            (f"student {runtime_label(EAGER)}", student, EAGER), (f"student {runtime_label(quantized)}", student, quantized))
     steps: list[StackStep] = []
     for label, trial_id, runtime in plan:
         steps.append(_step(table, label, trial_id, runtime, steps[-1] if steps else None))

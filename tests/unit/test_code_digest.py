@@ -20,11 +20,11 @@ from methods._pruned_bert import PrunedBertConfig, PrunedBertForSequenceClassifi
 from methods.base import TaskInfo
 from pipeline.config import LatencyConfig
 from pipeline.errors import DrydockError
+from pipeline.measure.latency import check_seq_length, measure_folder
+from pipeline.measure.student_pyfunc import StudentTextClassifier
 from pipeline.select.champion import CHAMPION
 from pipeline.select.evaluate import load_predictor
-from pipeline.select.latency import check_seq_length, measure_folder
 from pipeline.select.registry import client_for, log_student, register, text_classifier, tracking, version_tags
-from pipeline.select.student_pyfunc import StudentTextClassifier
 from pipeline.training.export import ExportMismatch, Verifier, save_student
 from tests.conftest import make_tiny_bert
 

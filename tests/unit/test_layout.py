@@ -22,27 +22,34 @@ ROOMS_ALLOWED: dict[str, set[str]] = {
     "errors": set(),
     "lock": set(),  # one run of a spec at a time: the lock `drydock sweep` and `drydock retrain` share
     "storage": {"errors"},  # the work location (a folder or a URI): every stage that hands work on
-    "config": {"errors", "methods"},  # method parameters are validated through the registry
+    # method parameters are validated through the registry, runtime names through the runtime table
+    # (CONFIG_FROM_MEASURE: that module only)
+    "config": {"errors", "methods", "measure"},
     "results": {"errors", "config"},
     "tracking": {"errors", "storage", "config", "results"},
     "prepare": {"errors", "config", "methods"},  # methods.base's TaskInfo only (see METHODS_PUBLIC)
     "training": {"errors", "config", "prepare", "methods"},
     "search": {"errors", "storage", "config", "prepare", "training", "tracking", "results", "methods"},
-    "select": {"errors", "storage", "config", "prepare", "results", "tracking", "methods"},
-    "sweep": {"errors", "storage", "config", "prepare", "training", "search", "select", "tracking", "results", "methods"},
-    "retrain": {"errors", "lock", "storage", "config", "prepare", "training", "select", "sweep", "tracking", "methods"},
-    "cli": {"errors", "lock", "storage", "config", "prepare", "training", "search", "select", "tracking", "results", "sweep", "retrain", "methods"},
+    "measure": {"errors", "storage", "config", "prepare"},  # never select: it chooses from what measure measured
+    "select": {"errors", "storage", "config", "prepare", "measure", "results", "tracking", "methods"},
+    "sweep": {"errors", "storage", "config", "prepare", "training", "search", "measure", "select", "tracking", "results", "methods"},
+    "retrain": {"errors", "lock", "storage", "config", "prepare", "training", "measure", "select", "sweep", "tracking", "methods"},
+    "cli": {"errors", "lock", "storage", "config", "prepare", "training", "search", "measure", "select", "tracking", "results", "sweep",
+            "retrain", "methods"},
     "methods": {"methods"},
 }
 # The work location's contract (`pipeline/workdir.py`: the names of what a sweep writes, atomic
 # writes, the markers of what a spec's fields count for) imports nothing of drydock, and every
 # room that writes files, or declares the spec, uses it.
 ROOMS_ALLOWED["workdir"] = set()
-for _room in ("lock", "storage", "config", "results", "tracking", "prepare", "training", "search", "select", "sweep", "retrain", "cli"):
+for _room in ("lock", "storage", "config", "results", "tracking", "prepare", "training", "search", "measure", "select", "sweep", "retrain",
+              "cli"):
     ROOMS_ALLOWED[_room].add("workdir")
 # What the pipeline may import from methods/: the registry and the contract, never a method's
 # file (a method is reached by name) nor a private helper module.
 METHODS_PUBLIC = {"methods", "methods.base"}
+# What the spec schema may import from measure: the runtime table, which imports nothing heavy.
+CONFIG_FROM_MEASURE = {"pipeline.measure.runtimes"}
 # What methods/ never imports: processes, trackers and file coordination are the pipeline's.
 METHODS_FORBIDDEN = ("ray", "mlflow", "deepspeed", "torch.distributed", "torch.nn.parallel", "torch.multiprocessing",
                      "fcntl", "filelock", "multiprocessing", "subprocess")
@@ -157,6 +164,8 @@ def room_violations(graph: dict[str, list[Import]]) -> list[str]:
                 out.append(f"{module}:{imp.line} ({mine}) imports {imp.module} ({theirs})")
             elif mine != "methods" and theirs == "methods" and imp.module not in METHODS_PUBLIC:
                 out.append(f"{module}:{imp.line} imports {imp.module}: reach methods through the registry or methods.base")
+            elif mine == "config" and theirs == "measure" and imp.module not in CONFIG_FROM_MEASURE:
+                out.append(f"{module}:{imp.line} imports {imp.module}: the spec reaches measure through its runtime table only")
     return out
 
 
@@ -259,7 +268,7 @@ def test_every_stage_folder_exists_and_the_top_level_holds_only_contracts(tree):
     top = {m for m in tree[1] if m.count(".") == 1 and m.startswith("pipeline.") and not (ROOT / m.replace(".", "/")).is_dir()}
     assert top == {"pipeline.config", "pipeline.errors", "pipeline.results", "pipeline.tracking", "pipeline.sweep", "pipeline.retrain",
                    "pipeline.storage", "pipeline.lock", "pipeline.workdir"}
-    for stage in ("prepare", "training", "search", "select", "cli"):
+    for stage in ("prepare", "training", "search", "measure", "select", "cli"):
         assert (ROOT / "pipeline" / stage / "__init__.py").is_file()
         assert (ROOT / "tests" / "unit" / stage).is_dir() or (ROOT / "tests" / "integration" / stage).is_dir()
 
@@ -296,6 +305,18 @@ def test_an_upward_import_is_found():
         "pipeline.prepare.data:1 (prepare) imports pipeline.training.loop (training)",
         "pipeline.training.trial:1 imports methods.finetune: reach methods through the registry or methods.base",
         "pipeline.config:1 (config) imports pipeline.select.latency (select)",
+    ]
+
+
+def test_measure_never_imports_select_and_the_spec_reaches_only_its_runtime_table():
+    graph = _graph({
+        "pipeline.measure.job": [("pipeline.select.variants", ("variant_rows",)), ("pipeline.config", ("SweepSpec",))],
+        "pipeline.select.stage": [("pipeline.measure.latency", ("measure_all",))],
+        "pipeline.config": [("pipeline.measure.runtimes", ("RuntimeName",)), ("pipeline.measure.engines", ("build_variant",))],
+    })
+    assert room_violations(graph) == [
+        "pipeline.measure.job:1 (measure) imports pipeline.select.variants (select)",
+        "pipeline.config:1 imports pipeline.measure.engines: the spec reaches measure through its runtime table only",
     ]
 
 

@@ -1,5 +1,5 @@
 """The ONNX champion: a student's int8 ONNX Runtime variant logged as the self-contained pyfunc
-`pipeline/select/onnx_pyfunc.py`, registered, and used as a consumer uses it — loaded through
+`pipeline/measure/onnx_pyfunc.py`, registered, and used as a consumer uses it — loaded through
 `models:/NAME@champion` by a process in which torch, transformers and drydock cannot be
 imported, and served by `mlflow models serve` — giving the labels and scores the ONNX session
 itself gives on transformers' own tokenization."""
@@ -23,7 +23,8 @@ import requests
 import torch
 
 from methods.base import TaskInfo
-from pipeline.select import onnx_pyfunc, runtimes
+from pipeline.measure import engines as runtimes
+from pipeline.measure import onnx_pyfunc
 from pipeline.select.champion import CHAMPION
 from pipeline.select.registry import client_for, register, tracking
 from pipeline.select.variant_registry import log_onnx_variant

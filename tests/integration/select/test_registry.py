@@ -22,8 +22,8 @@ from pipeline import results as results_table
 from pipeline.cli.outputs import COMMANDS, add_commands
 from pipeline.config import SelectionConfig, spec_from_dict
 from pipeline.errors import DrydockError
+from pipeline.measure.latency import cpu_name
 from pipeline.select.champion import CHAMPION
-from pipeline.select.latency import cpu_name
 from pipeline.select.pareto import select
 from pipeline.select.registry import (
     client_for,
@@ -288,7 +288,7 @@ def test_tracking_context_leaves_the_process_settings_as_they_were(tmp_path, mon
 
 
 def test_version_tags_name_the_measurement(tmp_path):
-    from pipeline.select.latency import Measurement
+    from pipeline.measure.latency import Measurement
 
     m = Measurement(path="x", p50_ms=2.0, p90_ms=2.5, mean_ms=2.1, throughput=4000.0, runs=10, warmup=3, batch_size=8,
                     seq_length=32, device="cpu", device_name="Test CPU", threads=4, torch_version="2.13.0",
@@ -568,7 +568,7 @@ def test_the_champion_is_rescored_on_the_challengers_dev_set(store, tmp_path, ti
 
 
 def test_the_champion_over_runtimes_is_registered_as_the_runtime_it_was_measured_in(store, tmp_path, tiny_tokenizer):
-    from pipeline.select.runtimes import build_variant
+    from pipeline.measure.engines import build_variant
 
     uri, client, experiment = store
     a = stock_student(tmp_path / "a", tiny_tokenizer, seed=0)

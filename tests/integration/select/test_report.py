@@ -14,10 +14,11 @@ from pipeline import results as results_table
 from pipeline.cli.outputs import COMMANDS, add_commands
 from pipeline.config import LatencyConfig, SelectionConfig, spec_from_dict, spec_to_dict
 from pipeline.errors import DrydockError
-from pipeline.select.latency import LatencyRecord, Measurement, save_record
+from pipeline.measure.job import TEACHER
+from pipeline.measure.latency import LatencyRecord, Measurement, save_record
 from pipeline.select.pareto import select
 from pipeline.select.report import ReportContext, pareto_figure, pareto_table_text, rebuild_report, write_report
-from pipeline.select.variants import INT8, TEACHER, typed
+from pipeline.select.variants import INT8, typed
 from pipeline.training.export import save_student
 from tests.conftest import make_tiny_bert
 
@@ -154,7 +155,7 @@ def test_report_of_a_folder_without_results_is_a_user_error(tmp_path):
 
 
 def test_the_latency_line_names_the_nodes_and_the_untimed_seeds(sweep_dir):
-    from pipeline.select.latency import load_record
+    from pipeline.measure.latency import load_record
 
     record = load_record(sweep_dir)
     on = {node: measurement("teacher", p50).model_copy(update={"node_id": node, "hostname": f"gpu-{node}"})

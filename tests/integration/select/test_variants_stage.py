@@ -17,11 +17,12 @@ import pytest
 from methods.base import TaskInfo
 from pipeline import results as results_table
 from pipeline.config import load_spec, spec_from_dict
-from pipeline.select import runtimes as runtimes_module
+from pipeline.measure import engines as runtimes_module
+from pipeline.measure.job import TEACHER, VARIANTS_DIR, DevRows, tokenize, variants_wanted
 from pipeline.select import stage
 from pipeline.select.report import rebuild_report
-from pipeline.select.variant_stage import VARIANTS_DIR, DevRows, tokenize, variants_step, variants_wanted
-from pipeline.select.variants import TEACHER, read_variants
+from pipeline.select.stage import variants_step
+from pipeline.select.variants import read_variants
 from pipeline.training.export import save_student
 from tests.conftest import FakeTracker, make_tiny_bert
 
@@ -138,8 +139,8 @@ def test_nothing_to_build_beyond_eager_fp32_at_one_shape_skips_the_step(tmp_path
 
 
 def test_the_job_times_with_one_warm_pass_unless_a_benchmark_overrides_it(tmp_path):
-    from pipeline.select.interleaved import InterleaveSettings
-    from pipeline.select.variant_stage import variant_job
+    from pipeline.measure.interleaved import InterleaveSettings
+    from pipeline.measure.job import variant_job
 
     dev = DevRows(["a"], None, [0], ["accuracy"], "accuracy", False, 16)
     default = InterleaveSettings.model_validate(variant_job(SPEC, {"s": tmp_path / "s"}, tmp_path / "t", tmp_path, dev).interleave)

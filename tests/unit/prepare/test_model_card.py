@@ -19,9 +19,9 @@ from transformers import AutoModelForSequenceClassification
 
 from methods._pruned_bert import PrunedBertConfig, PrunedBertForSequenceClassification
 from methods.base import TaskInfo
+from pipeline.measure.latency import Measurement
 from pipeline.prepare.model_card import CARD_FILE, NOT_MEASURED, read_card, write_card
 from pipeline.prepare.remote_code import file_digests, remote_code
-from pipeline.select.latency import Measurement
 from pipeline.select.registry import client_for, log_student, tracking
 from pipeline.training.export import save_student
 from tests.conftest import make_tiny_bert

@@ -16,13 +16,12 @@ from pipeline.select.champion import (
     budget_breaches,
     budget_text,
     champion_rule,
-    choose_champion,
     decide,
     decide_without_candidate,
     outside_budget,
     tag_number,
-    within_budget,
 )
+from pipeline.select.front import choose_champion, within_budget
 
 NAN = math.nan
 BOTH = SelectionConfig(max_latency_ms=5.0, min_speedup=2.0)

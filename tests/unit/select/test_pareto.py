@@ -10,7 +10,7 @@ import pytest
 
 from pipeline import results as results_table
 from pipeline.config import SelectionConfig
-from pipeline.select.champion import choose_champion
+from pipeline.select.front import choose_champion
 from pipeline.select.pareto import aggregate, bootstrap_mean_ci, pareto_mask, select
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from pipeline import results as results_table
 from pipeline.cli.outputs import COMMANDS, add_commands
 from pipeline.config import LatencyConfig, spec_from_dict, spec_to_dict
-from pipeline.select.latency import LatencyRecord, Measurement, save_record
+from pipeline.measure.latency import LatencyRecord, Measurement, save_record
 from pipeline.select.report import rebuild_report
 from pipeline.select.variants import variants_path, write_variants
 from tests.conftest import FakeTracker, variant, variants_of

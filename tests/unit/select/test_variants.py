@@ -13,14 +13,13 @@ import pytest
 
 from pipeline.config import LatencyConfig, RuntimeName, SelectionConfig, Shape, load_spec, spec_from_dict, spec_to_dict
 from pipeline.errors import SpecError
-from pipeline.select.interleaved import InterleavedResult, InterleaveSettings, RunnerTiming, Speedup
+from pipeline.measure.interleaved import InterleavedResult, InterleaveSettings, RunnerTiming, Speedup
+from pipeline.measure.job import TEACHER, VariantFacts
+from pipeline.measure.runtimes import EAGER
 from pipeline.select.variants import (
-    EAGER,
     FIGURES,
     INT8,
-    TEACHER,
     VARIANTS_FILE,
-    VariantFacts,
     dominated_by,
     read_variants,
     shape_column,

@@ -1,6 +1,6 @@
 """An MLflow "model from code": an ONNX variant of a student as a text-in, labels-out pyfunc model.
 
-Why: the consumer of an ONNX variant (`pipeline/select/runtimes.py`: `onnxruntime`, fp32, or
+Why: the consumer of an ONNX variant (`pipeline/measure/engines.py`: `onnxruntime`, fp32, or
 `onnxruntime-int8`) serves it *because* it does not want PyTorch: a CPU build of torch with
 transformers is over a gigabyte, ONNX Runtime and `tokenizers` a few tens of megabytes. So this
 file, which MLflow copies into the logged model and runs on the consumer's machine (where drydock

@@ -14,7 +14,8 @@ from types import SimpleNamespace
 import pytest
 
 from pipeline.config import LatencyConfig
-from pipeline.select.interleaved import (
+from pipeline.measure.interleaved import (
+    MAX_SECONDS_FACTOR,
     Candidate,
     InterleavedResult,
     InterleaveSettings,
@@ -26,10 +27,10 @@ from pipeline.select.interleaved import (
     group_by_key,
     latency_differs,
     measure_interleaved,
+    median_is_stable,
     rank,
     round_orders,
 )
-from pipeline.select.latency import MAX_SECONDS_FACTOR, median_is_stable
 
 UNIT = 1 / 1024  # seconds: sums of multiples stay exact in binary, so stopping points are exact
 

@@ -1,11 +1,12 @@
 """Latency measurement on tiny models in-process (Ray not started), and the planning of a
 measurement under Ray on plain `ray.nodes()`-shaped data (the cluster itself:
-tests/integration/select/test_latency_cluster.py)."""
+tests/integration/measure/test_latency_cluster.py)."""
 
 from __future__ import annotations
 
 import json
 import time
+from functools import partial
 from pathlib import Path
 
 import pandas as pd
@@ -15,8 +16,8 @@ from methods.base import TaskInfo
 from pipeline import results as results_table
 from pipeline.config import LatencyConfig
 from pipeline.errors import DrydockError
-from pipeline.select.latency import (
-    MAX_SECONDS_FACTOR,
+from pipeline.measure.interleaved import MAX_SECONDS_FACTOR, median_interval, median_is_stable
+from pipeline.measure.latency import (
     LatencyRecord,
     Measurement,
     cpu_name,
@@ -24,13 +25,11 @@ from pipeline.select.latency import (
     load_record,
     measure_all,
     measure_folder,
-    median_interval,
-    median_is_stable,
     plan_nodes,
     representative_teacher,
     same_device_model,
     save_record,
-    time_forward,
+    time_alone,
 )
 from pipeline.training.export import save_student
 from tests.conftest import make_tiny_bert
@@ -86,10 +85,10 @@ def test_timed_runs_meet_both_minimums_after_the_warmup():
 
     settings = LatencyConfig(warmup=3, min_runs=4, min_seconds=0.05)
     started = time.perf_counter()
-    times = time_forward(model, {"input_ids": None}, settings)
+    times = time_alone(partial(model, input_ids=None), settings)
     assert len(calls) == 3 + len(times) and len(times) >= 4
     assert time.perf_counter() - started >= 0.05 and all(t >= 2.0 for t in times)
-    assert len(time_forward(model, {}, LatencyConfig(warmup=0, min_runs=6, min_seconds=0.001))) >= 6
+    assert len(time_alone(model, LatencyConfig(warmup=0, min_runs=6, min_seconds=0.001))) >= 6
 
 
 def test_an_unsettled_median_keeps_sampling_until_the_cap():
@@ -100,7 +99,7 @@ def test_an_unsettled_median_keeps_sampling_until_the_cap():
 
     settings = LatencyConfig(warmup=0, min_runs=3, min_seconds=0.05)
     started = time.perf_counter()
-    times = time_forward(model, {}, settings)
+    times = time_alone(model, settings)
     elapsed = time.perf_counter() - started
     assert MAX_SECONDS_FACTOR * 0.05 <= elapsed < MAX_SECONDS_FACTOR * 0.05 + 0.1
     assert not median_is_stable(times)

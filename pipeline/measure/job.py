@@ -1,6 +1,9 @@
-"""The select stage's variants step: every timed student and the teacher in every runtime of
-`selection.runtimes`, built, checked, scored on the dev set and timed interleaved at every shape
-of `selection.latency.shapes`, into `variants.parquet` (issue #22).
+"""The measurement job of the runtime variants: every timed student and the teacher in every
+runtime of `selection.runtimes`, built, checked, scored on the dev set and timed interleaved at
+every shape of `selection.latency.shapes`, in one process. Its result is one fact per (model,
+runtime) (`VariantFacts`) and one `InterleavedResult` per shape; the select stage's variants step
+(`pipeline.select.stage.variants_step`) sends it to a node and turns what comes back into
+`variants.parquet` (`pipeline.select.variants`).
 
 Why a step of its own, after the eager fp32 selection: results.parquet keeps its contract (eager
 fp32 columns, one latency per student timed alone on its node), and a variant that cannot be
@@ -8,14 +11,15 @@ built or scored must never stop the stage — it becomes a row with its `error`,
 results, the report and the registry go on.
 
 Why one process: ratios are only trustworthy within a round of one process
-(`pipeline.select.interleaved`), so every (model, runtime) of a shape, the teacher included, is
+(`pipeline.measure.interleaved`), so every (model, runtime) of a shape, the teacher included, is
 timed in the same worker — under Ray one `MeasuringActor` on one planned node (it reserves the
-whole node, as the eager measurements do; `pipeline.select.latency.on_one_node`),
+whole node, as the eager measurements do; `pipeline.measure.latency.on_one_node`),
 otherwise this process. Models whose compute and runtime are the same are one measurement
 (`architecture_key`); the others say which runner they were `measured_as`.
 
-The job (`run_variant_job`) takes and returns plain data (`VariantJob` as a dict, dicts back), so
-it crosses a Ray call unchanged; it imports no Ray and no MLflow. The dev rows travel as texts and
+The job (`run_variant_job`) takes a `VariantJob` (a pydantic model) and returns a `VariantOutcome`
+(a dataclass of `VariantFacts` and `InterleavedResult`s): Ray pickles both as they are, so nothing
+is turned into dicts and back; it imports no Ray and no MLflow. The dev rows travel as texts and
 labels (read once by the driver, as the stage's `judging` reads them: `labelled_split(spec,
 DEV_SPLIT)`), and each folder tokenizes them with its own tokenizer at `task.max_seq_length`.
 
@@ -25,7 +29,7 @@ compares two figures computed the same way on the same rows, so it measures the 
 (the trial's figure comes from the training loop's evaluation, and the teacher has no trial);
 it costs one forward pass over the dev set per model, little beside an ONNX export.
 
-Peak memory (`measure_memory`, `pipeline.select.runtimes.measure_peak_memory`): after every
+Peak memory (`measure_memory`, `pipeline.measure.engines.measure_peak_memory`): after every
 variant is built, checked and scored and before any is timed, each one is loaded anew and run
 once at the largest timed shape it takes, alone, one after another: the CPU figure is the rise of
 the process's peak resident set, which anything else running in the process would inflate, so it
@@ -42,19 +46,18 @@ import math
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict
 
-from pipeline.select.interleaved import InterleavedResult, InterleaveSettings, architecture_key, group_by_key, measure_interleaved
-from pipeline.select.variants import TEACHER, VariantFacts, runner_name, variant_rows, variants_path, write_variants
+from pipeline.measure.interleaved import InterleavedResult, InterleaveSettings, architecture_key, group_by_key, measure_interleaved
+from pipeline.measure.runtimes import EAGER, RuntimeName
 
 if TYPE_CHECKING:
-    import pandas as pd
-
     from pipeline.config import SelectionConfig, SweepSpec
     from pipeline.storage import WorkStore
 
@@ -62,6 +65,27 @@ Log = Callable[[str], None]
 PARITY_ROWS = 32  # the reference batch: the first dev rows, padded as a serving batch is
 EVAL_BATCH = 32
 VARIANTS_DIR = "variants"  # <out_dir>/variants/<trial_id or teacher>/: the ONNX files
+TEACHER = "teacher"  # the teacher's trial_id, and the first part of its runners' names
+
+
+def runner_name(trial_id: str, runtime: str) -> str:
+    """The key of a variant's timing in an `InterleavedResult`: "<trial_id>/<runtime>"."""
+    return f"{trial_id}/{runtime}"
+
+
+@dataclass(frozen=True)
+class VariantFacts:
+    """What the job found of one variant besides its timings: one row of variants.parquet."""
+
+    trial_id: str  # TEACHER for the teacher
+    runtime: str
+    metric: float | None  # the variant's own score on the dev set
+    size_bytes: int | None
+    path: str | None
+    parity_max_abs_diff: float | None = None
+    peak_memory_bytes: int | None = None
+    metric_name: str | None = None
+    error: str | None = None  # could not be built, verified or scored: never a candidate
 
 
 @dataclass
@@ -84,21 +108,34 @@ class DevRows:
                    task.primary_metric, bool(task.regression), int(max_length))
 
 
-@dataclass
-class VariantJob:
+class VariantJob(BaseModel):
     """What one worker builds, scores and times. `models`: name → folder (or its address in the
     work `location`), the teacher under TEACHER; `out`: the folder (or address) the ONNX files go
-    under; `shapes`: (batch, length) pairs; `threads`: None = the worker's own choice."""
+    under; `shapes`: (batch, length) pairs; `threads`: None = the worker's own choice. Crosses a
+    Ray call as it is (Ray pickles pydantic models): no dict form."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
     models: dict[str, str]
-    runtimes: list[str]
+    runtimes: list[RuntimeName]
     shapes: list[tuple[int, int]]
     dev: DevRows
     out: str  # <out_dir>/variants: each model's files in a folder of its own (`out_folder`)
-    interleave: dict[str, Any]
-    device: str = "cpu"
+    interleave: InterleaveSettings
+    device: Literal["cpu", "cuda"] = "cpu"
     threads: int | None = None
     location: str | None = None
+
+
+@dataclass(frozen=True)
+class VariantOutcome:
+    """What `run_variant_job` found: one fact per (model, runtime), one measurement per shape
+    ("<batch>x<length>"), expanded to every model (`InterleavedResult.expand`), and the threads
+    each runner ran with; `log`: the worker's log lines, when it ran elsewhere (`on_one_node`)."""
+
+    facts: list[VariantFacts]
+    measurements: dict[str, InterleavedResult]
+    threads: int
 
 
 @dataclass
@@ -109,8 +146,8 @@ class Entry:
     folder: Path
     runtime: str
     config: dict[str, Any] = field(default_factory=dict)
-    variant: Any = None  # pipeline.select.runtimes.Variant
-    runner: Any = None  # pipeline.select.runtimes.Runner
+    variant: Any = None  # pipeline.measure.engines.Variant
+    runner: Any = None  # pipeline.measure.engines.Runner
     metrics: dict[str, float] = field(default_factory=dict)
     parity: float | None = None
     build_seconds: float = 0.0
@@ -144,7 +181,7 @@ def tokenize(folder: Path, text_a: Sequence[str], text_b: Sequence[str] | None, 
 
 
 def latency_inputs(config: Mapping[str, Any], batch: int, length: int) -> dict[str, np.ndarray]:
-    """`batch × length` random token ids, full mask (as `pipeline.select.latency`): no padding
+    """`batch × length` random token ids, full mask (as `pipeline.measure.latency`): no padding
     for a model that truncates to look fast on."""
     rng = np.random.default_rng(0)
     vocab = int(config.get("vocab_size", 2))
@@ -162,7 +199,7 @@ def prepare_variant(entry: Entry, rows: list[dict[str, Any]], pad_id: int, label
     """Build the variant (files under `out_folder(out, model)`), load it, check it against the
     folder's eager fp32 logits on the first PARITY_ROWS rows (raises when it is off), score it
     on the rows. The entry is filled as far as it got."""
-    from pipeline.select.runtimes import build_variant, check_parity, evaluate_variant, load_runner, pad_batch
+    from pipeline.measure.engines import build_variant, check_parity, evaluate_variant, load_runner, pad_batch
 
     started = time.perf_counter()
     entry.variant = build_variant(entry.folder, entry.runtime, out_folder(out, entry.model), seq_length_hint=max_length)
@@ -186,7 +223,7 @@ def measure_memory(entries: Sequence[Entry], shapes: Sequence[tuple[int, int]], 
     """`peak_memory_bytes` of every entry without an error: loaded anew and run once at its
     `memory_shape`, one at a time (`measure_peak_memory`). Nothing here fails an entry: a figure
     that cannot be had stays None, and the log says why (each reason once)."""
-    from pipeline.select.runtimes import PeakMemory, measure_peak_memory
+    from pipeline.measure.engines import PeakMemory, measure_peak_memory
 
     measured: list[str] = []
     missing: dict[str, list[str]] = {}
@@ -200,7 +237,7 @@ def measure_memory(entries: Sequence[Entry], shapes: Sequence[tuple[int, int]], 
         try:
             peak = measure_peak_memory(entry.variant, threads, latency_inputs(entry.config, *shape), device)
         except Exception as e:  # noqa: BLE001 — it was built, checked and scored: a failed measurement is a null figure
-            peak = PeakMemory(None, f"the load or forward failed ({_failure(e)})")
+            peak = PeakMemory(None, f"the load or forward failed ({failure(e)})")
         entry.peak_memory_bytes = peak.bytes
         if peak.bytes is None:
             missing.setdefault(peak.method, []).append(entry.name)
@@ -234,7 +271,7 @@ def time_shape(entries: Sequence[Entry], shape: tuple[int, int], references: Seq
 # ----------------------------------------------------------------------------------------------
 
 
-def _failure(e: BaseException) -> str:
+def failure(e: BaseException) -> str:
     text = str(e).strip()
     return f"{type(e).__name__}: {text.splitlines()[-1] if text else ''}"[:500]
 
@@ -249,7 +286,7 @@ def _prepare_all(job: VariantJob, folders: dict[str, Path], out: Path, threads: 
             config = json.loads((folder / "config.json").read_text())
             rows, pad_id = tokenize(folder, job.dev.text_a, job.dev.text_b, job.dev.max_length)
         except Exception as e:  # noqa: BLE001 — a broken folder is its rows' error, not the stage's
-            entries += [Entry(model, folder, runtime, error=_failure(e)) for runtime in job.runtimes]
+            entries += [Entry(model, folder, runtime, error=failure(e)) for runtime in job.runtimes]
             log(f"variants: {model}: cannot be read ({entries[-1].error})")
             continue
         for runtime in job.runtimes:
@@ -258,7 +295,7 @@ def _prepare_all(job: VariantJob, folders: dict[str, Path], out: Path, threads: 
                 prepare_variant(entry, rows, pad_id, job.dev.labels, job.dev.metric_names, job.dev.regression, out, threads,
                                 job.dev.max_length, job.device)
             except Exception as e:  # noqa: BLE001 — a variant that fails is a row with its error
-                entry.error, entry.runner = _failure(e), None
+                entry.error, entry.runner = failure(e), None
             entries.append(entry)
             metric = entry.metrics.get(job.dev.primary, math.nan)
             log(f"variants: {entry.name}: " + (f"failed ({entry.error})" if entry.error else
@@ -272,14 +309,12 @@ def _threads(job: VariantJob, granted: int | None) -> int:
     return job.threads or granted or torch.get_num_threads()
 
 
-def run_variant_job(job: VariantJob | dict[str, Any], log: Log = print, *, granted_threads: int | None = None) -> dict[str, Any]:
-    """Build, check, score and time everything `job` names, in this process; returns
-    `{"facts": [VariantFacts as dicts], "measurements": {"BxL": InterleavedResult dump},
-    "threads": n}`. The work location's models are fetched first, and the ONNX files pushed
-    back to it after (their `path` is then their address there)."""
+def run_variant_job(job: VariantJob, log: Log = print, *, granted_threads: int | None = None) -> VariantOutcome:
+    """Build, check, score and time everything `job` names, in this process. The work
+    location's models are fetched first, and the ONNX files pushed back to it after (their
+    `path` is then their address there)."""
     from pipeline.storage import WorkStore
 
-    job = job if isinstance(job, VariantJob) else _job_of(job)
     store = WorkStore.open(job.location) if job.location is not None else None
     folders = {name: store.localize(ref) if store is not None else Path(ref) for name, ref in job.models.items()}
     out_key = store.key_of(job.out) if store is not None and store.is_remote else None
@@ -288,7 +323,7 @@ def run_variant_job(job: VariantJob | dict[str, Any], log: Log = print, *, grant
     entries = _prepare_all(job, folders, out, threads, log)
     measure_memory(entries, job.shapes, threads, job.device, log)  # alone, before any timing
     references = [runner_name(TEACHER, runtime) for runtime in job.runtimes]
-    settings = InterleaveSettings.model_validate(job.interleave)
+    settings = job.interleave
     sync = None
     if job.device == "cuda":
         import torch
@@ -308,20 +343,7 @@ def run_variant_job(job: VariantJob | dict[str, Any], log: Log = print, *, grant
         path=kept(e.variant.path) if e.variant is not None else None, parity_max_abs_diff=e.parity,
         peak_memory_bytes=e.peak_memory_bytes, error=e.error,
     ) for e in entries]
-    return {"facts": [asdict(f) for f in facts], "threads": threads,
-            "measurements": {label: r.model_dump() for label, r in measurements.items()}}
-
-
-def _job_of(data: Mapping[str, Any]) -> VariantJob:
-    values = dict(data)
-    values["dev"] = DevRows(**values["dev"])
-    values["shapes"] = [tuple(s) for s in values["shapes"]]
-    return VariantJob(**values)
-
-
-def job_dict(job: VariantJob) -> dict[str, Any]:
-    """The job as plain data, for a Ray call."""
-    return asdict(job)
+    return VariantOutcome(facts, measurements, threads)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -333,7 +355,7 @@ def variants_wanted(selection: SelectionConfig) -> bool:
     """Only when there is something to build or time beyond the eager fp32 measurement: another
     runtime than `torch`, or more than one shape (the smoke spec, which the test suite runs,
     asks for neither, so its sweeps cost what they did)."""
-    return list(selection.runtimes) != ["torch"] or len(selection.latency.shapes) > 1
+    return list(selection.runtimes) != [EAGER] or len(selection.latency.shapes) > 1
 
 
 def _address(path: Path, store: WorkStore | None) -> str:
@@ -350,48 +372,6 @@ def variant_job(spec: SweepSpec, students: Mapping[str, Path], teacher: Path, ou
     return VariantJob(
         models={TEACHER: _address(teacher, store), **{t: _address(p, store) for t, p in students.items()}},
         runtimes=list(spec.selection.runtimes), shapes=[(s.batch_size, s.seq_length) for s in latency.shapes], dev=dev,
-        out=_address(out_dir / VARIANTS_DIR, store), interleave=InterleaveSettings.from_latency(latency, **(interleave or {})).model_dump(),
+        out=_address(out_dir / VARIANTS_DIR, store), interleave=InterleaveSettings.from_latency(latency, **(interleave or {})),
         device=latency.device, threads=latency.threads, location=store.location if remote and store is not None else None,
     )
-
-
-def variants_step(spec: SweepSpec, students: Mapping[str, Path], teacher: Path | None, out_dir: Path, log: Log = print,
-                  *, store: WorkStore | None = None, interleave: Mapping[str, Any] | None = None) -> pd.DataFrame | None:
-    """`<out_dir>/variants.parquet` for the teacher and the timed `students`, or None when the
-    spec wants no variants, there is nothing to compare, or the step as a whole could not run
-    (said in the log: the stage goes on without it). Variant failures are rows, not exceptions.
-    `interleave`: see `variant_job`."""
-    from pipeline.prepare.tasks import task_spec
-    from pipeline.select.dev_set import DEV_SPLIT
-    from pipeline.select.evaluate import labelled_split
-    from pipeline.select.latency import on_one_node
-
-    selection = spec.selection
-    if not variants_wanted(selection):
-        return None
-    if teacher is None or not students:
-        log("variants: no teacher or no timed student; no runtime variants built")
-        return None
-    try:
-        dev = DevRows.of(labelled_split(spec, DEV_SPLIT), task_spec(spec.task), spec.task.max_seq_length)
-        job = variant_job(spec, students, teacher, out_dir, dev, store, interleave)
-        log(f"variants: {len(job.models)} model(s) × {', '.join(job.runtimes)} at "
-            f"{', '.join(s.label for s in selection.latency.shapes)}, scored on {len(dev.labels)} dev rows")
-        outcome = on_one_node(run_variant_job, job_dict(job), selection.latency, log)
-        table = variants_table(outcome, selection)
-    except Exception as e:  # noqa: BLE001 — the eager results, the report and the registry go on
-        log(f"variants: not built ({_failure(e)})")
-        return None
-    write_variants(variants_path(out_dir), table)
-    return table
-
-
-def variants_table(outcome: Mapping[str, Any], selection: SelectionConfig) -> pd.DataFrame:
-    """`run_variant_job`'s result as the variants table (`variant_rows`), front marked under the
-    spec's objectives and budget."""
-    latency = selection.latency
-    facts = [VariantFacts(**fact) for fact in outcome["facts"]]
-    measurements = {label: InterleavedResult.model_validate(r) for label, r in outcome["measurements"].items()}
-    return variant_rows(facts, measurements, front_shape=latency.front_shape, device=latency.device, threads=outcome["threads"],
-                        size_objective=selection.size_objective, max_latency_ms=selection.max_latency_ms,
-                        min_speedup=selection.min_speedup)

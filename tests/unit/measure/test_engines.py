@@ -1,4 +1,4 @@
-"""Runtime variants (pipeline/select/runtimes.py) on tiny random BERTs: the ONNX export's dynamic
+"""Runtime variants (pipeline/measure/engines.py) on tiny random BERTs: the ONNX export's dynamic
 axes, CoFi's pruned architecture, int8 size and bound, reuse keyed by content, the parity check's
 refusal, and dev-set scoring through each runtime."""
 
@@ -16,9 +16,8 @@ import torch
 from methods._pruned_bert import PrunedBertConfig, PrunedBertForSequenceClassification
 from methods.base import TaskInfo
 from pipeline.errors import DrydockError
-from pipeline.prepare.metrics import compute_metrics
-from pipeline.select import runtimes
-from pipeline.select.runtimes import (
+from pipeline.measure import engines as runtimes
+from pipeline.measure.engines import (
     INT8_FILE,
     ONNX_FILE,
     TOLERANCES,
@@ -30,6 +29,7 @@ from pipeline.select.runtimes import (
     pad_batch,
     predict_logits,
 )
+from pipeline.prepare.metrics import compute_metrics
 from pipeline.training.export import save_student
 from tests.conftest import TINY_TEXTS, make_batch, make_tiny_bert
 
@@ -115,7 +115,7 @@ def test_a_cofi_folder_is_tokenized_without_asking_to_run_its_code(tmp_path, tin
     """The tokenizer reads config.json's auto_map: without trust_remote_code, transformers asks on
     stdin whether to run the code (seen in benchmarks/runtimes.py on a CoFi student); the select
     stage's worker has no one to answer."""
-    from pipeline.select.variant_stage import tokenize
+    from pipeline.measure.job import tokenize
 
     folder = _cofi_folder(tmp_path, tiny_tokenizer)
 

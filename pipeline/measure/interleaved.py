@@ -1,6 +1,7 @@
 """Latency that holds on a busy machine: every model timed interleaved, speedups taken within a round.
 
-Why: `pipeline.select.latency.time_forward` times one model alone until its median settles, and
+Why: the eager measurement (`pipeline.measure.latency.time_alone`, this engine with one runner)
+times one model alone until its median settles, and
 the select stage times the models one after another. A machine's load changes from one minute to
 the next, so each model gets its own momentary load: one select stage timed three students of the
 same architecture (40,258 parameters each, the smoke sweep, under load) at 7.81, 9.03 and
@@ -27,11 +28,11 @@ benchmark harness does it differently, and so does this module:
   teacher in the same runtime, and in eager fp32: what the user runs today).
 - **stop when it is settled**: after `min_rounds` and `min_seconds`, once every runner's median and
   every speedup has a ~95% interval within ±`tolerance` of itself
-  (`pipeline.select.latency.median_is_stable`), or at `max_seconds` (then `stable` is False and
+  (`median_is_stable`), or at `max_seconds` (then `stable` is False and
   `unsettled` names what was not). Stopping is decided between rounds only, so every runner has
   exactly one time per round.
 - **intervals everywhere**: each p50 and each speedup carries the distribution-free interval of
-  its median (order statistics, `pipeline.select.latency.median_interval`), and a latency
+  its median (order statistics, `median_interval`), and a latency
   difference inside those intervals never decides (`faster`, `latency_differs`, `rank`,
   `dominates`): accuracy, then size, break the tie.
 - **one measurement per architecture** (`architecture_key`, `group_by_key`,
@@ -60,9 +61,10 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt, model_validator
 
 from pipeline.errors import DrydockError
-from pipeline.select.latency import MAX_SECONDS_FACTOR, STABLE_TOLERANCE, median_interval, median_is_stable
 
 Runner = Callable[[], object]  # one forward pass on inputs the caller bound
+STABLE_TOLERANCE = 0.05  # stop once the median's ~95% interval is within ±5% of it ...
+MAX_SECONDS_FACTOR = 5  # ... or after 5 × min_seconds, whichever comes first
 MAX_WINDOW_SECONDS = 600.0  # a per-runner window grows with the runners, to 10 minutes a shape at most
 
 # config.json fields that determine how much compute one forward pass does (the rest — weights'
@@ -81,7 +83,7 @@ COMPUTE_FIELDS = (
 
 
 class InterleaveSettings(BaseModel):
-    """How long to time. `max_seconds` None: MAX_SECONDS_FACTOR × min_seconds, as `time_forward`."""
+    """How long to time. `max_seconds` None: MAX_SECONDS_FACTOR × min_seconds."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -228,6 +230,22 @@ class InterleavedResult(BaseModel):
             timings[member] = self.timings[rep].model_copy(update={"measured_as": None if member == rep else rep})
             speedups[member] = {ref: self.speedups[rep][rep_of[ref]] for ref in wanted}
         return self.model_copy(update={"references": wanted, "timings": timings, "speedups": speedups, "errors": errors})
+
+
+def median_interval(times: list[float]) -> tuple[float, float]:
+    """A distribution-free ~95% interval of the median: the order statistics n/2 ∓ 0.98·√n."""
+    ordered = sorted(times)
+    n = len(ordered)
+    low = max(0, math.floor(n / 2 - 0.98 * math.sqrt(n)))
+    high = min(n - 1, math.ceil(n / 2 + 0.98 * math.sqrt(n)))
+    return ordered[low], ordered[high]
+
+
+def median_is_stable(times: list[float], tolerance: float = STABLE_TOLERANCE) -> bool:
+    if len(times) < 3:
+        return False
+    low, high = median_interval(times)
+    return high - low <= 2 * tolerance * float(np.median(times))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -467,9 +485,16 @@ def rank(candidates: Iterable[Candidate]) -> list[Candidate]:
     return [c for tier in tiers for c in sorted(tier, key=lambda c: (-c.metric, c.size, c.name))]
 
 
-def dominates(a: Candidate, b: Candidate, *, size: bool = False) -> bool:
+def dominates(a: Candidate, b: Candidate, *, size: bool = False, size_breaks_ties: bool = False) -> bool:
     """a dominates b on the front (metric ↑, latency ↓[, size ↓]) where latency counts only when
-    the intervals separate: a is no worse on every objective and better on one."""
+    the intervals separate: a is no worse on every objective and better on one. The one dominance
+    rule of the tree (`pipeline.select.front`). `size_breaks_ties` (without `size`): an exact
+    metric tie within the noise goes to the smaller too — the pairwise form of the front's tie
+    rule (`pipeline.select.front.front_mask` applies it after this rule, so it never runs in a
+    circle)."""
     no_worse = a.metric >= b.metric and not faster(b.latency, a.latency) and (not size or a.size <= b.size)
     better = a.metric > b.metric or faster(a.latency, b.latency) or (size and a.size < b.size)
-    return no_worse and better
+    if no_worse and better:
+        return True
+    return (size_breaks_ties and not size and a.metric == b.metric and not latency_differs(a.latency, b.latency)
+            and a.size < b.size)

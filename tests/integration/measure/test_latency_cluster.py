@@ -16,9 +16,9 @@ import pytest
 from methods.base import TaskInfo
 from pipeline import results as results_table
 from pipeline.config import LatencyConfig
-from pipeline.select.interleaved import InterleaveSettings
-from pipeline.select.latency import cpu_name, fill_latency, measure_all, on_one_node, plan_nodes
-from pipeline.select.variant_stage import DevRows, VariantJob, job_dict, run_variant_job
+from pipeline.measure.interleaved import InterleaveSettings
+from pipeline.measure.job import DevRows, VariantJob, run_variant_job
+from pipeline.measure.latency import cpu_name, fill_latency, measure_all, on_one_node, plan_nodes
 from pipeline.training.export import save_student
 from tests.conftest import make_tiny_bert
 
@@ -51,7 +51,7 @@ def test_two_nodes_time_in_parallel_each_against_its_own_teacher(tmp_path, tiny_
                          shapes=[(1, 8), (2, 8)], dev=DevRows(["a b c", "d e"] * 4, None, [0.0, 1.0] * 4, ["accuracy"], "accuracy",
                                                               False, 8),
                          out=str(tmp_path / "variants"), interleave=InterleaveSettings(warmup=1, min_rounds=3, min_seconds=0.05).model_dump())
-        variants = on_one_node(run_variant_job, job_dict(job), SETTINGS, messages.append)
+        variants = on_one_node(run_variant_job, job, SETTINGS, messages.append)
     finally:
         ray.shutdown()
         cluster.shutdown()
@@ -81,13 +81,13 @@ def test_two_nodes_time_in_parallel_each_against_its_own_teacher(tmp_path, tiny_
         assert frame.loc[key, "speedup"] == timings.teachers[m.node_id].p50_ms / m.p50_ms
         assert frame.loc[key, "latency_device"] == cpu_name()
     assert any("3 models on 2 node(s)" in line and "the teacher timed on each" in line for line in messages), messages
-    assert variants["threads"] == 1 and [f["error"] for f in variants["facts"]] == [None] * 4  # the node's one CPU
-    assert {f["trial_id"] for f in variants["facts"]} == {"teacher", *students}
-    for result in variants["measurements"].values():  # s1 and s2 have s0's architecture: one timing
-        timings_ = result["timings"]
-        assert timings_["s1/torch"]["measured_as"] == timings_["s2/torch"]["measured_as"] == "s0/torch"
-        assert result["speedups"]["s0/torch"]["teacher/torch"]["median"] > 0
-    assert list(variants["measurements"]) == ["1x8", "2x8"]
+    assert variants.threads == 1 and [f.error for f in variants.facts] == [None] * 4  # the node's one CPU
+    assert {f.trial_id for f in variants.facts} == {"teacher", *students}
+    for result in variants.measurements.values():  # s1 and s2 have s0's architecture: one timing
+        timings_ = result.timings
+        assert timings_["s1/torch"].measured_as == timings_["s2/torch"].measured_as == "s0/torch"
+        assert result.speedups["s0/torch"]["teacher/torch"].median > 0
+    assert list(variants.measurements) == ["1x8", "2x8"]
     assert any(line.startswith("variants: on node") for line in messages) and any("2x8: timing 2 runner(s)" in line for line in messages)
     # no wait on an actor that never starts (READY_GRACE_S) or a node that never frees: the cluster's
     # start included, well under 30 s alone; 83 s seen in a full suite with other work on both cores

@@ -1,11 +1,12 @@
 """Half-precision eager variants (`torch-fp16`, `torch-bf16`) and every variant's peak memory
-(pipeline/select/runtimes.py, pipeline/select/variant_stage.py) on tiny random BERTs, on the CPU:
+(pipeline/measure/engines.py, pipeline/measure/job.py) on tiny random BERTs, on the CPU:
 the cast model's logits within their tolerance of fp32 and refused beyond it, the size at two
 bytes a weight, and the peak resident set — positive, growing with the model, and null with a
 reason when the kernel cannot reset it."""
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -15,9 +16,8 @@ from safetensors.torch import load_file, save_file
 
 from methods.base import TaskInfo
 from pipeline.errors import DrydockError
-from pipeline.select import runtimes
-from pipeline.select.interleaved import InterleaveSettings
-from pipeline.select.runtimes import (
+from pipeline.measure import engines as runtimes
+from pipeline.measure.engines import (
     TOLERANCES,
     build_variant,
     check_parity,
@@ -26,7 +26,8 @@ from pipeline.select.runtimes import (
     measure_peak_memory,
     weights_bytes,
 )
-from pipeline.select.variant_stage import DevRows, Entry, VariantJob, latency_inputs, measure_memory, memory_shape, run_variant_job
+from pipeline.measure.interleaved import InterleaveSettings
+from pipeline.measure.job import DevRows, Entry, VariantJob, latency_inputs, measure_memory, memory_shape, run_variant_job
 from pipeline.training.export import save_student
 from tests.conftest import TINY_TEXTS, make_batch, make_tiny_bert
 
@@ -206,7 +207,7 @@ def test_variant_job_builds_scores_times_and_measures_half_precision(tmp_path, t
     )
     lines: list[str] = []
     outcome = run_variant_job(job, lines.append)
-    facts = {(f["trial_id"], f["runtime"]): f for f in outcome["facts"]}
+    facts = {(f.trial_id, f.runtime): asdict(f) for f in outcome.facts}
     assert set(facts) == {(m, rt) for m in models for rt in job.runtimes}
     for (model, runtime), fact in facts.items():
         assert fact["error"] is None and fact["metric"] is not None, fact
@@ -218,7 +219,7 @@ def test_variant_job_builds_scores_times_and_measures_half_precision(tmp_path, t
             assert 0 < fact["parity_max_abs_diff"] <= TOLERANCES[runtime]  # random heads: logits within ±1
             assert fact["size_bytes"] == (facts[model, "torch"]["size_bytes"] - _header(models[model])) / 2
     assert not (tmp_path / "variants").exists()  # nothing to write for eager variants
-    timed = outcome["measurements"]["4x16"]["timings"]
+    timed = outcome.measurements["4x16"].timings
     assert {"teacher/torch-fp16", "teacher/torch-bf16", "s0/torch-fp16", "s0/torch-bf16"} <= set(timed)
     (memory,) = [line for line in lines if line.startswith("variants: peak memory")]
     assert memory.startswith("variants: peak memory (resident set): teacher/torch ") and "@4x16" in memory

@@ -10,7 +10,8 @@ kind of machine, alone. So:
 - inputs are exactly `batch_size × seq_length` random token ids with a full attention mask: a
   padded batch would let a model that truncates look faster than it is;
 - warm-up runs first (allocator, kernel selection, lazy initialisation), then timed runs until
-  both `min_runs` and `min_seconds` are reached and the median has settled (`time_forward`); p50
+  both `min_runs` and `min_seconds` are reached and the median has settled (`time_alone`: the
+  interleaved engine, `pipeline.measure.interleaved`, with one runner); p50
   is the headline figure because it shrugs off the odd scheduler hiccup that would drag a mean,
   and p90 says how bad the hiccups are;
 - every measurement records the device model it ran on (`Measurement.device_name`: the GPU's
@@ -41,7 +42,7 @@ process (`measure_all`):
   (Ray's default `max_calls=1` for GPU tasks: docs/stack-facts.md, "Measuring latency on Ray"),
   which would re-import torch and re-initialise CUDA for every student.
 - a node lost mid-way (its actor dies) hands its unfinished students back to the queue, once.
-- the runtime variants (`pipeline.select.variant_stage`) are built, scored and timed by one more
+- the runtime variants (`pipeline.measure.job`) are built, scored and timed by one more
   actor on one planned node (`on_one_node`): their timings are interleaved rounds, which
   only mean something within one process, so they are never spread over nodes.
 
@@ -55,34 +56,33 @@ included, so the report can be rebuilt later without timing anything again.
 from __future__ import annotations
 
 import json
-import math
 import os
 import platform
 import sys
-import time
 from collections import Counter, deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from pipeline.config import LatencyConfig
 from pipeline.errors import DrydockError
+from pipeline.measure.interleaved import InterleaveSettings, measure_interleaved
 from pipeline.storage import WorkStore
 
 LATENCY_FILE = "latency.json"
-STABLE_TOLERANCE = 0.05  # stop once the median's ~95% interval is within ±5% of it ...
-MAX_SECONDS_FACTOR = 5  # ... or after 5 × min_seconds, whichever comes first
 TEACHER = "teacher"  # the key of the teacher's timing in logs and errors
 # the resource Ray gives a node whose accelerator it recognises, one per node (docs/stack-facts.md,
 # "Measuring latency on Ray")
 ACCELERATOR_PREFIX = "accelerator_type:"
 READY_GRACE_S = 30.0  # how long the other measuring actors may take to start once one has
 WAIT_LOG_S = 60.0  # while no node is free, say so this often
+Outcome = TypeVar("Outcome")  # what a job run `on_one_node` returns
 
 
 class Measurement(BaseModel):
@@ -200,7 +200,8 @@ def measure_folder(path: str | Path, settings: dict[str, Any] | LatencyConfig, t
         trust = remote_code(path)  # False for a stock BERT; raises for code that is not the recorded code
         model = AutoModelForSequenceClassification.from_pretrained(str(path), trust_remote_code=trust).eval().to(device)
         inputs = random_inputs(model, settings.batch_size, settings.seq_length, device)
-        times = time_forward(model, inputs, settings, synchronize=torch.cuda.synchronize if device.type == "cuda" else None)
+        with torch.inference_mode():
+            times = time_alone(partial(model, **inputs), settings, torch.cuda.synchronize if device.type == "cuda" else None, str(path))
         device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name()
         num_params = sum(p.numel() for p in model.parameters())
     finally:
@@ -229,46 +230,21 @@ def random_inputs(model, batch_size: int, seq_length: int, device) -> dict[str, 
     return {k: v.to(device) for k, v in inputs.items()}
 
 
-def median_interval(times: list[float]) -> tuple[float, float]:
-    """A distribution-free ~95% interval of the median: the order statistics n/2 ∓ 0.98·√n."""
-    ordered = sorted(times)
-    n = len(ordered)
-    low = max(0, math.floor(n / 2 - 0.98 * math.sqrt(n)))
-    high = min(n - 1, math.ceil(n / 2 + 0.98 * math.sqrt(n)))
-    return ordered[low], ordered[high]
-
-
-def median_is_stable(times: list[float], tolerance: float = STABLE_TOLERANCE) -> bool:
-    if len(times) < 3:
-        return False
-    low, high = median_interval(times)
-    return high - low <= 2 * tolerance * float(np.median(times))
-
-
-def time_forward(model, inputs: dict[str, Any], settings: LatencyConfig, synchronize: Callable[[], None] | None = None) -> list[float]:
-    """Milliseconds per forward pass: warm-up, then timed runs until `min_runs` and
-    `min_seconds` are met *and* the median is stable (its ~95% interval within ±5%), or
-    MAX_SECONDS_FACTOR × min_seconds have passed. A quiet dedicated node stops at the minimums;
-    a busy machine keeps sampling until the median stops moving instead of reporting a lucky
-    or unlucky handful of runs."""
-    import torch
-
-    sync = synchronize or (lambda: None)
-    times: list[float] = []
-    cap = MAX_SECONDS_FACTOR * settings.min_seconds
-    with torch.inference_mode():
-        for _ in range(settings.warmup):
-            model(**inputs)
-        sync()
-        started = time.perf_counter()
-        while True:
-            t0 = time.perf_counter()
-            model(**inputs)
-            sync()  # a GPU call returns before the kernels finish: time the work, not the launch
-            times.append((time.perf_counter() - t0) * 1000.0)
-            elapsed = time.perf_counter() - started
-            if len(times) >= settings.min_runs and elapsed >= settings.min_seconds and (median_is_stable(times) or elapsed >= cap):
-                return times
+def time_alone(forward: Callable[[], object], settings: LatencyConfig, synchronize: Callable[[], object] | None = None,
+               name: str = "model") -> list[float]:
+    """Milliseconds per forward pass of one model timed alone, by the one timing engine
+    (`pipeline.measure.interleaved.measure_interleaved` with a single runner): `warmup` calls,
+    then timed passes until `min_runs` and `min_seconds` are met *and* the median is stable (its
+    ~95% interval within ±5%), or MAX_SECONDS_FACTOR × min_seconds have passed. A quiet dedicated
+    node stops at the minimums; a busy machine keeps sampling until the median stops moving
+    instead of reporting a lucky or unlucky handful of runs. No warm passes: alone, the pass
+    before each timed one is the same model's already. A forward that raises raises here."""
+    interleave = InterleaveSettings(warmup=settings.warmup, warm_passes=0, min_rounds=settings.min_runs,
+                                    min_seconds=settings.min_seconds)
+    result = measure_interleaved({name: forward}, settings=interleave, synchronize=synchronize)
+    if name in result.errors:
+        raise RuntimeError(f"{name}: the forward pass failed while timed ({result.errors[name]})")
+    return result.round_times_ms[name]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -421,16 +397,16 @@ class MeasuringActor:
         measured = measure_folder(path, self.settings, threads=int(granted) if granted else os.cpu_count())
         return measured.model_copy(update={"node_id": ray.get_runtime_context().get_node_id()}).model_dump()
 
-    def run(self, work: Callable[..., dict[str, Any]], job: Any) -> dict[str, Any]:
+    def run(self, work: Callable[..., Any], job: Any) -> tuple[Any, list[str]]:
         """`work(job, log, granted_threads=n)` on this node (the select stage's variants job,
-        `pipeline.select.variant_stage.run_variant_job`), n the CPUs this actor reserved; its log
-        lines come back with the result (`log`), for the driver to print."""
+        `pipeline.measure.job.run_variant_job`), n the CPUs this actor reserved; its log
+        lines come back beside the result, for the driver to print."""
         import ray
 
         granted = ray.get_runtime_context().get_assigned_resources().get("CPU")
         lines: list[str] = []
         out = work(job, lines.append, granted_threads=int(granted) if granted else os.cpu_count())
-        return {**out, "log": lines}
+        return out, lines
 
 
 def measure_all(
@@ -514,8 +490,8 @@ def _actors(ray, planned: list[MeasuringNode], settings: LatencyConfig) -> dict[
     }
 
 
-def on_one_node(work: Callable[..., dict[str, Any]], job: Any, settings: LatencyConfig,
-                log: Callable[[str], None] = print) -> dict[str, Any]:
+def on_one_node(work: Callable[..., Outcome], job: Any, settings: LatencyConfig,
+                log: Callable[[str], None] = print) -> Outcome:
     """`work(job, log, granted_threads=...)` under Ray in one `MeasuringActor` on one planned node
     (the variants job: every runner of a shape must share one process), else here (the thread
     count then left to `work`). Returns what `work` returns."""
@@ -528,11 +504,11 @@ def on_one_node(work: Callable[..., dict[str, Any]], job: Any, settings: Latency
         node_id = next(iter(described))
         log(f"variants: on node {described[node_id]['host']} ({node_id[:12]}, {described[node_id]['device_name']}), "
             "every model and runtime in one process")
-        out = _get(ray, actors[node_id].run.remote(work, job))
+        out, lines = _get(ray, actors[node_id].run.remote(work, job))
     finally:
         for actor in actors.values():
             ray.kill(actor)
-    for line in out.pop("log", []):
+    for line in lines:
         log(line)
     return out
 
