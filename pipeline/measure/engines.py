@@ -60,7 +60,6 @@ from __future__ import annotations
 import hashlib
 import inspect
 import json
-import os
 import tempfile
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -75,6 +74,7 @@ from pipeline.measure.runtimes import HALF_RUNTIMES, NAMES, ONNX_RUNTIMES, ORT, 
 from pipeline.prepare.metrics import compute_metrics
 from pipeline.prepare.padding import pad_batch
 from pipeline.prepare.remote_code import remote_code
+from pipeline.workdir import atomic_path
 
 if TYPE_CHECKING:
     import torch
@@ -263,7 +263,7 @@ def _export_onnx(folder: Path, target: Path, seq_length_hint: int) -> None:
 
     axes: dict[str, dict[int, str]] = {name: {0: "batch", 1: "sequence"} for name in names}
     axes[OUTPUT_NAME] = {0: "batch"}
-    with _atomic(target) as tmp, warnings.catch_warnings(), torch.no_grad():
+    with atomic_path(target) as tmp, warnings.catch_warnings(), torch.no_grad():
         # The legacy exporter says it is deprecated (see the module docstring). It also warns of
         # tracing Python booleans in transformers' mask code — a padding check that compares the
         # mask's length with the sequence's (equal by construction) and the SDPA `is_causal`
@@ -301,7 +301,7 @@ def _quantize(fp32: Path, target: Path) -> None:
     with tempfile.TemporaryDirectory(dir=target.parent, prefix=".quant-") as tmp_dir:
         prepared = Path(tmp_dir) / "prepared.onnx"
         quant_pre_process(str(fp32), str(prepared), skip_symbolic_shape=True)
-        with _atomic(target) as tmp:
+        with atomic_path(target) as tmp:
             # the quantizer logs through the root logger; with a pre-processed model it has
             # nothing to say, but a future version's advice should not reach a sweep's output
             # as an unexplained line per student
@@ -314,33 +314,13 @@ def _quantize(fp32: Path, target: Path) -> None:
                 root.setLevel(level)
 
 
-class _atomic:
-    """A temporary path in the target's folder, renamed onto the target when the block succeeds."""
-
-    def __init__(self, target: Path) -> None:
-        self.target = target
-
-    def __enter__(self) -> Path:
-        fd, name = tempfile.mkstemp(dir=self.target.parent, prefix=f".{self.target.name}.", suffix=".tmp")
-        os.close(fd)
-        self.tmp = Path(name)
-        return self.tmp
-
-    def __exit__(self, exc_type, exc, tb) -> None:
-        if exc_type is None:
-            os.chmod(self.tmp, 0o644)  # mkstemp's 0600 would keep the file from a consumer running as another user
-            os.replace(self.tmp, self.target)
-        else:
-            self.tmp.unlink(missing_ok=True)
-
-
 def _stamp_path(path: Path) -> Path:
     return path.with_name(path.name + STAMP_SUFFIX)
 
 
 def _write_stamp(path: Path, digest: str, recipe: dict[str, Any]) -> None:
     stamp = {"source_digest": digest, "recipe": recipe, "sha256": file_sha256(path)}
-    with _atomic(_stamp_path(path)) as tmp:
+    with atomic_path(_stamp_path(path)) as tmp:
         tmp.write_text(json.dumps(stamp, indent=2, sort_keys=True))
 
 

@@ -56,6 +56,7 @@ from pydantic import BaseModel, ConfigDict
 
 from pipeline.measure.interleaved import InterleavedResult, InterleaveSettings, architecture_key, group_by_key, measure_interleaved
 from pipeline.measure.runtimes import EAGER, RuntimeName
+from pipeline.workdir import VARIANTS_DIR  # <out_dir>/variants/<trial_id or teacher>/: the ONNX files
 
 if TYPE_CHECKING:
     from pipeline.config import SelectionConfig, SweepSpec
@@ -64,7 +65,6 @@ if TYPE_CHECKING:
 Log = Callable[[str], None]
 PARITY_ROWS = 32  # the reference batch: the first dev rows, padded as a serving batch is
 EVAL_BATCH = 32
-VARIANTS_DIR = "variants"  # <out_dir>/variants/<trial_id or teacher>/: the ONNX files
 TEACHER = "teacher"  # the teacher's trial_id, and the first part of its runners' names
 
 
@@ -333,14 +333,10 @@ def run_variant_job(job: VariantJob, log: Log = print, *, granted_threads: int |
     if store is not None and out_key is not None and out.is_dir():
         store.push(out_key)  # the ONNX files, where the driver and a consumer find them
 
-    def kept(path: Path) -> str:
-        key = store.key_of(path) if store is not None and store.is_remote else None
-        return store.uri(key) if store is not None and key is not None else str(path)
-
     facts = [VariantFacts(
         trial_id=e.model, runtime=e.runtime, metric=e.metrics.get(job.dev.primary), metric_name=job.dev.primary,
         size_bytes=e.variant.size_bytes if e.variant is not None else None,
-        path=kept(e.variant.path) if e.variant is not None else None, parity_max_abs_diff=e.parity,
+        path=_address(e.variant.path, store) if e.variant is not None else None, parity_max_abs_diff=e.parity,
         peak_memory_bytes=e.peak_memory_bytes, error=e.error,
     ) for e in entries]
     return VariantOutcome(facts, measurements, threads)
@@ -359,8 +355,7 @@ def variants_wanted(selection: SelectionConfig) -> bool:
 
 
 def _address(path: Path, store: WorkStore | None) -> str:
-    key = store.key_of(path) if store is not None and store.is_remote else None
-    return str(path) if store is None or key is None else store.uri(key)
+    return str(path) if store is None else store.address(path)
 
 
 def variant_job(spec: SweepSpec, students: Mapping[str, Path], teacher: Path, out_dir: Path, dev: DevRows,

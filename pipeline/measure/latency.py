@@ -74,8 +74,8 @@ from pipeline.config import LatencyConfig
 from pipeline.errors import DrydockError
 from pipeline.measure.interleaved import InterleaveSettings, measure_interleaved
 from pipeline.storage import WorkStore
+from pipeline.workdir import LATENCY_FILE, atomic_write
 
-LATENCY_FILE = "latency.json"
 TEACHER = "teacher"  # the key of the teacher's timing in logs and errors
 # the resource Ray gives a node whose accelerator it recognises, one per node (docs/stack-facts.md,
 # "Measuring latency on Ray")
@@ -634,11 +634,12 @@ def _run_queue(ray, actor_error: type[BaseException], actors: dict[str, Any], de
 
 
 def _address(path: Path, store: WorkStore | None) -> tuple[str, str | None]:
-    """How a measuring node reaches a model of this node, and the work location to fetch it
-    from: the store's address when the location is a URI (the node may not see this one's
-    disk), else the path."""
-    key = store.key_of(path) if store is not None and store.is_remote else None
-    return (str(path), None) if store is None or key is None else (store.uri(key), store.location)
+    """How a measuring node reaches a model of this node (`WorkStore.address`: the node may not
+    see this one's disk), and the work location to fetch it from when that address is a URI."""
+    if store is None:
+        return str(path), None
+    address = store.address(path)
+    return address, (store.location if address != str(path) else None)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -649,10 +650,7 @@ def _address(path: Path, store: WorkStore | None) -> tuple[str, str | None]:
 def save_record(sweep_dir: Path, record: LatencyRecord) -> Path:
     path = sweep_dir / LATENCY_FILE
     record = record.model_copy(update={"measured_at": record.measured_at or datetime.now(UTC).isoformat(timespec="seconds")})
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(record.model_dump_json(indent=2))
-    os.replace(tmp, path)
-    return path
+    return atomic_write(path, record.model_dump_json(indent=2))
 
 
 def load_record(sweep_dir: Path) -> LatencyRecord | None:

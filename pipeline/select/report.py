@@ -25,7 +25,6 @@ from __future__ import annotations
 import html
 import json
 import math
-import os
 import shutil
 from dataclasses import dataclass
 from io import StringIO
@@ -38,7 +37,7 @@ from pipeline import results as results_table
 from pipeline.config import SelectionConfig, SweepSpec, spec_from_dict
 from pipeline.errors import DrydockError
 from pipeline.measure.job import TEACHER
-from pipeline.measure.latency import LATENCY_FILE, LatencyRecord, Measurement, load_record
+from pipeline.measure.latency import LatencyRecord, Measurement, load_record
 from pipeline.measure.runtimes import EAGER
 from pipeline.select.champion import champion_rule
 from pipeline.select.pareto import Selection, config_key, row_params, select
@@ -51,13 +50,8 @@ from pipeline.select.variants import (
     table_shapes,
     variants_path,
 )
+from pipeline.workdir import LATENCY_FILE, PARETO_CSV, PARETO_PNG, REPORT_HTML, REPORT_MD, SPEC_FILE, atomic_path, current_run_dir
 
-REPORT_MD = "report.md"
-REPORT_HTML = "report.html"
-PARETO_PNG = "pareto.png"
-PARETO_CSV = "pareto.csv"
-STATE_FILE = "state.json"  # written by pipeline.search.state (select may not import search)
-SPEC_FILE = "spec.json"  # in runs/<run id>/, written by pipeline.search.state too
 DASH = "–"
 
 
@@ -76,25 +70,14 @@ class ReportFiles:
         return cls(folder / REPORT_MD, folder / REPORT_HTML, folder / PARETO_PNG, folder / PARETO_CSV)
 
 
-def current_run_dir(sweep_dir: Path) -> Path | None:
-    """`<sweep_dir>/runs/<run id>/` of the run state.json names (the newest), None when the
-    folder records no run (not a sweep's folder, or one a run's own folder)."""
-    state_file = sweep_dir / STATE_FILE
-    if not state_file.is_file():
-        return None
-    run_id = json.loads(state_file.read_text()).get("run_id")
-    return sweep_dir / "runs" / str(run_id) if run_id else None
-
-
 def publish_latest(files: list[Path], sweep_dir: Path) -> list[Path]:
     """Copies of a run's files at the top of `sweep_dir`, where the newest run's are found: each
     written to a hidden temporary file, then renamed over the previous run's copy."""
     copies = []
     for path in files:
         target = sweep_dir / path.name
-        tmp = sweep_dir / f".{path.name}.tmp-{os.getpid()}"
-        shutil.copyfile(path, tmp)
-        os.replace(tmp, target)
+        with atomic_path(target) as tmp:
+            shutil.copyfile(path, tmp)
         copies.append(target)
     return copies
 

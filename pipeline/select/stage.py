@@ -140,8 +140,7 @@ def judging(spec: SweepSpec, tracking_uri: str, log: Callable[[str], None]) -> t
 
 def _kept_at(path: Path, store: WorkStore | None) -> str:
     """Where `path` is kept: its address in the work location when that is a URI."""
-    key = store.key_of(path) if store is not None and store.is_remote else None
-    return str(path) if store is None or key is None else store.uri(key)
+    return str(path) if store is None else store.address(path)
 
 
 def select_stage(

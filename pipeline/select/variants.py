@@ -59,7 +59,6 @@ separate, else smaller) is the most accurate variant within the budget.
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -74,8 +73,8 @@ from pipeline.measure.runtimes import EAGER, QUANTIZED
 from pipeline.measure.runtimes import label as runtime_label
 from pipeline.select import front
 from pipeline.select.front import VARIANTS
+from pipeline.workdir import VARIANTS_FILE, atomic_path
 
-VARIANTS_FILE = "variants.parquet"
 INT8 = QUANTIZED  # the stack summary's quantized runtime (`pipeline.measure.runtimes`)
 SHAPE_SEP = "@"
 
@@ -392,12 +391,8 @@ def write_variants(path: Path, table: pd.DataFrame) -> None:
     reader never sees a torn file."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
+    with atomic_path(path) as tmp:
         typed(table).to_parquet(tmp, index=False)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def read_variants(path: Path) -> pd.DataFrame:

@@ -149,3 +149,39 @@ def test_a_field_added_later_at_the_value_an_older_spec_gets_is_left_out_of_the_
 
 def test_what_a_resumed_run_may_change_is_read_from_the_markers():
     assert resume_exempt(_Spec) == {"section.keep", "optional"}
+
+
+# Where a rename is not a write: a whole file moved into a run's own folder (state.py keeps the
+# previous run's results) and a damaged cache moved aside before it is deleted (cache.py).
+RENAMES_THAT_ARE_MOVES = {"pipeline/search/state.py", "pipeline/prepare/cache.py"}
+
+
+def test_no_module_but_the_contract_writes_atomically_by_hand():
+    """An atomic write is `atomic_write` / `atomic_path` / `atomic_folder`: a module that renames
+    a scratch file itself has its own idea of where scratch files go and what a crash leaves."""
+    import re
+
+    root = Path(__file__).resolve().parents[2]
+    pattern = re.compile(r"\bos\.(replace|rename)\(|\.rename\(")
+    found = sorted(
+        f"{path.relative_to(root)}:{n}" for path in (root / "pipeline").rglob("*.py")
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if pattern.search(line) and not line.lstrip().startswith("#")
+        and path.relative_to(root).as_posix() not in RENAMES_THAT_ARE_MOVES | {"pipeline/workdir.py"}
+    )
+    assert found == []
+
+
+def test_no_module_but_the_store_computes_an_address():
+    """`WorkStore.address` is how any node names a path: a copy of its rule (key_of, then uri)
+    drifts from it the day the rule changes."""
+    import re
+
+    root = Path(__file__).resolve().parents[2]
+    pattern = re.compile(r"\.uri\(\s*key\s*\)")
+    found = sorted(
+        f"{path.relative_to(root)}:{n}" for path in (root / "pipeline").rglob("*.py")
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if pattern.search(line) and path.relative_to(root).as_posix() != "pipeline/storage.py"
+    )
+    assert found == []
