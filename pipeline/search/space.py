@@ -14,14 +14,13 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
-import math
 import random
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from pydantic import ValidationError
 
-from pipeline.config import SweepSpec, is_domain, param_error
+from pipeline.config import Grid, ParamSpace, Sampled, SweepSpec, param_error
 from pipeline.errors import SpecError
 
 
@@ -45,38 +44,22 @@ class TrialSpec:
         return TrialSpec(d["method"], dict(d["params"]), int(d["seed"]), d["config_id"])
 
 
-def _sample(kind: str, arg: list[Any], rng: random.Random) -> Any:
-    if kind == "choice":
-        return rng.choice(arg)
-    low, high = arg
-    if kind == "uniform":
-        return rng.uniform(low, high)
-    if kind == "loguniform":
-        return math.exp(rng.uniform(math.log(low), math.log(high)))
-    if kind == "randint":
-        return rng.randrange(low, high)
-    raise ValueError(kind)
-
-
 def config_id(method: str, params: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps([method, params], sort_keys=True, default=str).encode()).hexdigest()[:8]
 
 
-def method_configurations(method: str, params: dict[str, Any], num_samples: int, rng: random.Random) -> list[dict[str, Any]]:
+def method_configurations(method: str, space: ParamSpace, num_samples: int, rng: random.Random) -> list[dict[str, Any]]:
     """Grid points × samples of the random domains, each validated into a full parameter set."""
-    params = params or {}
-    fixed = {k: v for k, v in params.items() if not is_domain(v)}
-    grids = {k: v["grid"] for k, v in params.items() if is_domain(v) and "grid" in v}
-    randoms = {k: next(iter(v.items())) for k, v in params.items() if is_domain(v) and "grid" not in v}
-    from methods import get_method  # here, not at the top: TrialSpec users stay free of torch
-
-    model = get_method(method).Params
+    fixed = space.fixed()
+    grids = {k: d.grid for k, d in space.domains().items() if isinstance(d, Grid)}
+    randoms = {k: d for k, d in space.domains().items() if not isinstance(d, Grid)}
+    model = space.params_model
     configs: list[dict[str, Any]] = []
     seen: set[str] = set()
     for combo in itertools.product(*grids.values()) if grids else [()]:
         point = {**fixed, **dict(zip(grids, combo))}
         for _ in range(num_samples if randoms else 1):
-            drawn = {k: _sample(kind, arg, rng) for k, (kind, arg) in randoms.items()}
+            drawn = {k: cast(Sampled, d).sample(rng) for k, d in randoms.items()}
             try:
                 full = model.model_validate({**point, **drawn}).model_dump(mode="json")
             except ValidationError as e:  # validate_methods checks the bounds; a draw inside may still fail
