@@ -9,8 +9,9 @@ from typing import Any
 
 from ray import tune
 
+from methods import get_method
 from pipeline.cli import logs
-from pipeline.search.space import TrialSpec
+from pipeline.search.space import Trial
 from pipeline.search.tuner import SweepProgress
 
 
@@ -21,7 +22,7 @@ class FakeTrial:
 
 
 def trial(config_id: str, status: str = "PENDING") -> FakeTrial:
-    return FakeTrial({"trial": TrialSpec("kd", {"alpha": 0.5}, 0, config_id).to_dict()}, status)
+    return FakeTrial({"trial": Trial("kd", get_method("kd").Params(alpha=0.5), 0, config_id)}, status)
 
 
 def test_a_log_gets_the_counts_each_evaluation_and_nothing_after_the_search(capsys):
