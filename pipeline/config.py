@@ -936,8 +936,9 @@ def param_space_model(params_model: type[BaseModel]) -> type[ParamSpace]:
         assert info.field_name is not None
         return _value_or_domain(params_model, info.field_name, value)
 
-    field = (Annotated[Any, PlainValidator(check)], None)
-    fields: dict[str, Any] = dict.fromkeys(params_model.model_fields, field)
+    # `T | Domain` says what a field holds; the check is the method's own (`_value_or_domain`)
+    fields: dict[str, Any] = {name: (Annotated[field.annotation | Domain, PlainValidator(check)], None)
+                               for name, field in params_model.model_fields.items()}
     space: type[ParamSpace] = create_model(f"{params_model.__name__}Space", __base__=ParamSpace,
                                            __module__=ParamSpace.__module__, **fields)
     space.params_model = params_model

@@ -17,6 +17,7 @@ from methods.base import MethodParams
 from pipeline.config import (
     PARAM_PROBLEMS,
     Choice,
+    Domain,
     Grid,
     LogUniform,
     RandInt,
@@ -74,6 +75,7 @@ class ThirdPartyParams(MethodParams):
 def test_a_third_party_params_model_gets_its_value_or_domain_model():
     space_model = param_space_model(ThirdPartyParams)
     assert param_space_model(ThirdPartyParams) is space_model  # derived once
+    assert space_model.model_fields["width"].annotation == int | Domain  # a value or a domain over it
     space = space_model.model_validate({"width": {"grid": [2, 8]}, "rate": {"uniform": [0.1, 0.5]}})
     assert space.width == Grid(grid=[2, 8]) and space.rate == Uniform(uniform=(0.1, 0.5))
     assert space_model.model_validate({"width": 3}).fixed() == {"width": 3}
