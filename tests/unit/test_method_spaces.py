@@ -8,6 +8,7 @@ import copy
 import pickle
 import random
 import re
+from importlib.metadata import EntryPoint
 
 import pytest
 from pydantic import Field, ValidationError
@@ -112,3 +113,59 @@ def test_the_spec_names_every_parameter_problem_in_the_order_written():
     assert info.value.problems[0] == "methods.kd.temperature: uniform needs low < high, got [5, 1]"
     assert info.value.problems[1].startswith("methods.kd.alpah: unknown parameter (known: ")
     assert info.value.problems[2].startswith("methods.kd.alpha: Input should be less than or equal to 1")
+
+
+THIRD_PARTY = '''
+from pydantic import Field
+
+from methods.base import Method, MethodParams
+
+
+class OutsideParams(MethodParams):
+    width: int = Field(default=4, gt=0)
+    rate: float = Field(default=0.1, ge=0, le=1)
+
+
+class Outside(Method):
+    name = "outside"
+    Params = OutsideParams
+
+    def build(self): ...
+    def phases(self, total_steps): ...
+    def param_groups(self, phase): ...
+    def loss(self, batch, progress): ...
+    def eval_model(self): ...
+    def export(self): ...
+'''
+
+
+@pytest.fixture
+def outside_method(tmp_path, monkeypatch):
+    """A method registered through the `drydock.methods` entry point, as a third-party package does."""
+    import methods
+
+    (tmp_path / "outside_pkg.py").write_text(THIRD_PARTY)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    point = EntryPoint("outside", "outside_pkg:Outside", "drydock.methods")
+    monkeypatch.setattr(methods, "entry_points", lambda group: [point] if group == "drydock.methods" else [])
+    methods._targets.cache_clear()
+    get_method.cache_clear()
+    yield
+    methods._targets.cache_clear()
+    get_method.cache_clear()
+
+
+def test_an_entry_point_method_is_searched_and_refused_like_a_built_in(outside_method):
+    from pipeline.search.space import expand_trials
+
+    spec = spec_from_dict({**BASE, "methods": {"outside": {"width": {"grid": [2, 8]}, "rate": 0.5}}})
+    assert spec.methods["outside"].width == Grid(grid=[2, 8])
+    trials = expand_trials(spec)
+    assert [(type(t.params).__name__, t.params.width, t.params.rate) for t in trials] == [("OutsideParams", 2, 0.5),
+                                                                                          ("OutsideParams", 8, 0.5)]
+    with pytest.raises(SpecError) as info:
+        spec_from_dict({**BASE, "methods": {"outside": {"width": {"uniform": [1, 3]}, "rat": 0.5}}})
+    assert info.value.problems == [
+        "methods.outside.width: uniform draws floats but width takes integers; use randint or grid",
+        "methods.outside.rat: unknown parameter (known: width, rate); did you mean rate?",
+    ]
