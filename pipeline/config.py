@@ -14,18 +14,34 @@ collected and reported together, one line each, as `field.path: what was expecte
 from __future__ import annotations
 
 import copy
+import functools
 import importlib.util
 import itertools
 import json
 import math
 import os
+import random
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal, Self, TypeGuard
+from typing import Annotated, Any, ClassVar, Literal, Self, TypeGuard
 
 import yaml
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainValidator,
+    PrivateAttr,
+    ValidationError,
+    ValidationInfo,
+    create_model,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
 
 from pipeline.errors import SpecError
 from pipeline.measure.runtimes import DEFAULT_RUNTIMES, EAGER, RuntimeName
@@ -41,7 +57,6 @@ KEPT_BY_THE_RUN = Counts(resume=False)  # a hub commit: a resumed run keeps the 
 ADDED_LATER = Counts(added_later=True)  # at the value a spec written before it gets: the old fingerprint
 
 GLUE_TASKS = ("cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte")
-DOMAIN_KINDS = ("grid", "choice", "uniform", "loguniform", "randint")
 
 
 class _Model(BaseModel):
@@ -668,6 +683,397 @@ class SelectionConfig(_Model):
 
 
 # ----------------------------------------------------------------------------------------------
+# search domains and the methods' parameter spaces
+# ----------------------------------------------------------------------------------------------
+
+
+class Domain(BaseModel):
+    """A method parameter given as a search domain, `{<kind>: <argument>}`.
+
+    Infinite values are let through here so that the parameter's check names them the way it
+    names a fixed value (`must be a finite number`)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    kind: ClassVar[str]
+
+    @property
+    def argument(self) -> Any:
+        return getattr(self, self.kind)
+
+    def candidates(self) -> list[Any]:
+        """Values to validate the domain with: every grid/choice value, or both ends of a range."""
+        return list(self.argument)
+
+    def typical_draw(self) -> float | None:
+        """A draw to validate beside the candidates (None where the candidates are every draw)."""
+        return None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shape(cls, data: Any) -> Any:
+        arg = data.get(cls.kind) if isinstance(data, dict) else None
+        problem = cls._shape_problem(arg)
+        if problem:
+            raise ValueError(problem)
+        return data
+
+    @classmethod
+    def _shape_problem(cls, arg: Any) -> str | None:
+        return None
+
+
+class _Listed(Domain):
+    @classmethod
+    def _shape_problem(cls, arg: Any) -> str | None:
+        return None if isinstance(arg, list | tuple) and arg else f"{cls.kind} needs a non-empty list"
+
+
+class Grid(_Listed):
+    """Every value, each a configuration of its own (the grids of a method multiply)."""
+
+    kind: ClassVar[str] = "grid"
+    grid: list[Any]
+
+
+class Choice(_Listed):
+    """One value drawn per sample."""
+
+    kind: ClassVar[str] = "choice"
+    choice: list[Any]
+
+    def sample(self, rng: random.Random) -> Any:
+        return rng.choice(self.choice)
+
+
+Number = int | float  # a bound as written: `[1, 3]` stays integers in the spec's dump
+
+
+class _Range(Domain):
+    @classmethod
+    def _shape_problem(cls, arg: Any) -> str | None:
+        if not (isinstance(arg, list | tuple) and len(arg) == 2 and all(isinstance(a, int | float) for a in arg)):
+            return f"{cls.kind} needs [low, high]"
+        low, high = arg
+        if not low < high:
+            return f"{cls.kind} needs low < high, got [{low}, {high}]"
+        return None
+
+    @property
+    def low(self) -> Number:
+        return self.argument[0]
+
+    @property
+    def high(self) -> Number:
+        return self.argument[1]
+
+    def typical_draw(self) -> float | None:
+        """A draw strictly inside the range and not a whole number, as nearly every real draw is.
+
+        The bounds alone do not show what the parameter will receive: `{uniform: [1, 3]}` has
+        integer bounds but draws floats like 2.69, which an integer parameter rejects."""
+        draw = math.nan  # replaced on the loop's first pass
+        for fraction in (0.5, 1 / 3, 0.6180339887498949):
+            draw = self._at(fraction)
+            if self.low < draw < self.high and not float(draw).is_integer():
+                break
+        return float(draw)
+
+    def _at(self, fraction: float) -> float:
+        return self.low + (self.high - self.low) * fraction
+
+    def sample(self, rng: random.Random) -> Any:
+        return rng.uniform(self.low, self.high)
+
+
+class Uniform(_Range):
+    kind: ClassVar[str] = "uniform"
+    uniform: tuple[Number, Number]
+
+
+class LogUniform(_Range):
+    kind: ClassVar[str] = "loguniform"
+    loguniform: tuple[Number, Number]
+
+    @classmethod
+    def _shape_problem(cls, arg: Any) -> str | None:
+        return super()._shape_problem(arg) or (None if arg[0] > 0 else "loguniform needs a positive low bound")
+
+    def _at(self, fraction: float) -> float:
+        return math.exp(math.log(self.low) + (math.log(self.high) - math.log(self.low)) * fraction)
+
+    def sample(self, rng: random.Random) -> Any:
+        return math.exp(rng.uniform(math.log(self.low), math.log(self.high)))
+
+
+class RandInt(_Range):
+    kind: ClassVar[str] = "randint"
+    randint: tuple[int, int]
+
+    @classmethod
+    def _shape_problem(cls, arg: Any) -> str | None:
+        problem = super()._shape_problem(arg)
+        return problem or (None if all(isinstance(a, int) for a in arg) else "randint needs integer bounds")
+
+    def candidates(self) -> list[Any]:
+        return [self.low, self.high - 1]  # Tune's randint excludes the upper bound, and so does the draw
+
+    def typical_draw(self) -> float | None:
+        return None
+
+    def sample(self, rng: random.Random) -> Any:
+        return rng.randrange(*self.randint)
+
+
+DOMAINS: dict[str, type[Domain]] = {d.kind: d for d in (Grid, Choice, Uniform, LogUniform, RandInt)}
+DOMAIN_KINDS = tuple(DOMAINS)
+Sampled = Choice | Uniform | LogUniform | RandInt  # drawn `search.num_samples` times per grid point
+
+
+def is_domain(value: Any) -> TypeGuard[dict[str, Any]]:
+    """A method parameter written as `{grid: [...]}` (or choice/uniform/...) is a search domain."""
+    return isinstance(value, dict) and len(value) == 1 and next(iter(value)) in DOMAIN_KINDS
+
+
+def as_domain(value: Domain | dict[str, Any]) -> Domain:
+    """The typed domain of `{kind: argument}`; a ValueError says what the argument lacks."""
+    return value if isinstance(value, Domain) else DOMAINS[next(iter(value))].model_validate(value)
+
+
+def domain_candidates(value: Domain | dict[str, Any]) -> list[Any]:
+    return as_domain(value).candidates()
+
+
+def domain_draw(value: Domain | dict[str, Any]) -> float | None:
+    return as_domain(value).typical_draw()
+
+
+def default_params(params: ParamSpace | dict[str, Any]) -> dict[str, Any]:
+    """Fixed values only: a searched parameter falls back to the method's default.
+
+    This is what `drydock train` runs when no `--set methods.<m>.<p>=<v>` pins a domain.
+    """
+    given = params.given() if isinstance(params, ParamSpace) else params
+    return {k: v for k, v in given.items() if not (is_domain(v) or isinstance(v, Domain))}
+
+
+# the type of the pydantic error a parameter space raises: its `lines` are the problems, each the
+# text after `methods.<name>.<param>: ` (or `methods.<name>: ` for the parameters together)
+PARAM_PROBLEMS = "drydock_param_problems"
+# the same for the spec's whole `methods:` section, each line a whole `methods.…: …` problem
+METHOD_PROBLEMS = "drydock_method_problems"
+
+
+def _problems(kind: str, lines: list[str]) -> PydanticCustomError:
+    return PydanticCustomError(kind, "{lines}", {"lines": lines})
+
+
+class ParamSpace(BaseModel):
+    """A method's parameters as the spec gives them: each a value or a search domain.
+
+    `param_space_model` derives one per method from its `Params`, so a third-party method gets it
+    without writing it. A fixed value is checked against the parameter's type and kept as written
+    (the spec's dump shows what the user wrote, and the trials' configurations are validated once,
+    by `Params`, where `pipeline.search.space` draws them); a domain is typed and every value it
+    can give is checked. Parameters left out are the method's defaults and are never read here."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    params_model: ClassVar[type[BaseModel]] = BaseModel
+    _order: tuple[str, ...] = PrivateAttr(default=())  # the parameters given, in the spec's order
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _in_written_order(cls, data: Any, handler: Any) -> Any:
+        """The spec's order is the draw order of the random domains and the grids' nesting: it
+        decides which configurations a sweep (and a resumed one) draws."""
+        space = handler(data)
+        if isinstance(data, dict):
+            space._order = tuple(data)
+        return space
+
+    @model_validator(mode="after")
+    def _together(self) -> Self:
+        """Cross-field checks of the method (a sum that must not exceed 1, two ways to give one
+        setting), run when every parameter passed alone."""
+        lines = _combination_problems(self.params_model, self)
+        if lines:
+            raise _problems(PARAM_PROBLEMS, lines)
+        return self
+
+    @model_serializer
+    def _as_written(self) -> dict[str, Any]:
+        return self.given()
+
+    def given(self) -> dict[str, Any]:
+        """The parameters the spec gives, values and domains, in its order."""
+        return {name: getattr(self, name) for name in self._order}
+
+    def fixed(self) -> dict[str, Any]:
+        """The parameters given a value: what `drydock train` runs beside the method's defaults."""
+        return {name: v for name, v in self.given().items() if not isinstance(v, Domain)}
+
+    def domains(self) -> dict[str, Domain]:
+        return {name: v for name, v in self.given().items() if isinstance(v, Domain)}
+
+    def __getitem__(self, name: str) -> Any:
+        return self.given()[name]
+
+    def __repr_args__(self) -> Any:
+        return self.given().items()
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # the class is derived at run time, so it pickles as the method's Params it is derived from
+        return (_space_from_state, (self.params_model, self.__getstate__()))
+
+
+def _space_from_state(params_model: type[BaseModel], state: dict[str, Any]) -> ParamSpace:
+    space_cls = param_space_model(params_model)
+    space = space_cls.__new__(space_cls)
+    space.__setstate__(state)
+    return space
+
+
+@functools.cache
+def param_space_model(params_model: type[BaseModel]) -> type[ParamSpace]:
+    """The value-or-domain model of a method's `Params`: one field per parameter, each taking a
+    value of the parameter's type or a search domain over it."""
+
+    def check(value: Any, info: ValidationInfo) -> Any:
+        assert info.field_name is not None
+        return _value_or_domain(params_model, info.field_name, value)
+
+    # `T | Domain` says what a field holds; the check is the method's own (`_value_or_domain`)
+    fields: dict[str, Any] = {name: (Annotated[field.annotation | Domain, PlainValidator(check)], None)
+                               for name, field in params_model.model_fields.items()}
+    space: type[ParamSpace] = create_model(f"{params_model.__name__}Space", __base__=ParamSpace,
+                                           __module__=ParamSpace.__module__, **fields)
+    space.params_model = params_model
+    return space
+
+
+def _value_or_domain(model: type[BaseModel], pname: str, value: Any) -> Any:
+    """`value` as the spec wrote it, or its typed domain, once every value it may give passes
+    the method's own check of `pname`; else a PARAM_PROBLEMS error listing what fails."""
+    domain = None
+    if is_domain(value) or isinstance(value, Domain):
+        try:
+            domain = as_domain(value)
+        except ValidationError as e:
+            raise _problems(PARAM_PROBLEMS, [param_error(err) for err in e.errors()]) from None
+    candidates = domain.candidates() if domain is not None else [value]
+    infinite = [cand for cand in candidates if _not_finite(cand)]
+    if infinite:  # a method's own Params may not say so: `temperature: .inf` is > 0
+        raise _problems(PARAM_PROBLEMS, [f"must be a finite number (got {infinite[0]!r})"])
+    found = [msg for cand in candidates for _, msg in _field_errors(model, pname, cand)]
+    if found:
+        raise _problems(PARAM_PROBLEMS, found)
+    draw = domain.typical_draw() if domain is not None else None
+    errors = [] if draw is None else _field_errors(model, pname, draw)
+    kind = domain.kind if domain is not None else None
+    if any(etype == "int_from_float" for etype, _ in errors):
+        raise _problems(PARAM_PROBLEMS, [f"{kind} draws floats but {pname} takes integers; use randint or grid"])
+    if errors:
+        reason = "; ".join(msg for _, msg in errors)
+        raise _problems(PARAM_PROBLEMS, [f"{kind} draws values inside the range that {pname} rejects: {reason}"])
+    return domain if domain is not None else value
+
+
+def _not_finite(value: Any) -> bool:
+    """An infinite or NaN float anywhere in a parameter's value (a list of them included)."""
+    if isinstance(value, float):
+        return not math.isfinite(value)
+    return isinstance(value, (list, dict)) and any(_not_finite(v) for v in (value.values() if isinstance(value, dict) else value))
+
+
+def _field_errors(model: type[BaseModel], pname: str, value: Any) -> list[tuple[str, str]]:
+    """(type, message) of each error the method's Params model gives for `pname = value` alone.
+
+    Errors on other fields come from cross-field checks that need the rest, so they are left out.
+    """
+    try:
+        model.model_validate({pname: value})
+    except ValidationError as e:
+        return [
+            (err["type"], param_error(err))
+            for err in e.errors()
+            if tuple(err["loc"][:1]) == (pname,)
+        ]
+    return []
+
+
+MAX_COMBINATIONS_CHECKED = 10_000
+
+
+def _combination_problems(model: type[BaseModel], space: ParamSpace) -> list[str]:
+    """Cross-field checks (a sum that must not exceed 1, two ways to give one setting): the
+    parameters together, for every grid and choice value and each bound of every range.
+
+    Checking each parameter alone misses these, and the sweep would then stop at the first bad
+    combination. The constraints compare or add parameters, so a range that passes at its
+    bounds passes inside them; `expand_trials` still reports a draw that fails as a SpecError.
+    """
+    given = space.given()
+    values = {k: v.candidates() if isinstance(v, Domain) else [v] for k, v in given.items()}
+    searched = list(space.domains())
+    found: dict[str, str] = {}
+    combos = itertools.islice(itertools.product(*values.values()), MAX_COMBINATIONS_CHECKED)
+    for combo in combos:
+        point = dict(zip(values, combo))
+        try:
+            model.model_validate(point)
+        except ValidationError as e:
+            with_ = ", ".join(f"{k}={point[k]!r}" for k in searched)
+            for err in e.errors():
+                msg = param_error(err)
+                found.setdefault(msg, f"{msg} (with {with_})" if with_ else msg)
+    return list(found.values())
+
+
+def method_spaces(raw: dict[Any, Any]) -> dict[str, ParamSpace]:
+    """The spec's `methods:` section typed: each method registered, each of its parameters a
+    value or a domain its `Params` accepts. Raises a METHOD_PROBLEMS error listing every problem."""
+    from methods import get_method, registered_methods
+
+    known = registered_methods()
+    spaces: dict[str, ParamSpace] = {}
+    lines: list[str] = []
+    for name, params in raw.items():
+        if name not in known:
+            lines.append(f"methods.{name}: unknown method (registered: {', '.join(sorted(known))}){did_you_mean(name, known)}")
+            continue
+        model = param_space_model(get_method(name).Params)
+        if isinstance(params, model):
+            spaces[name] = params
+            continue
+        if not isinstance(params, dict | None):
+            lines.append(f"methods.{name}: expected a mapping of parameters")
+            continue
+        try:
+            spaces[name] = model.model_validate(params or {})
+        except ValidationError as e:
+            lines += _space_lines(name, model, list(params or {}), e)
+    if lines:
+        raise _problems(METHOD_PROBLEMS, lines)
+    return spaces
+
+
+def _space_lines(method: str, model: type[ParamSpace], order: list[str], error: ValidationError) -> list[str]:
+    """A parameter space's errors as the spec's problems, in the order the spec gives them."""
+    fields = model.model_fields
+    found: list[tuple[int, str]] = []
+    for err in error.errors():
+        pname = str(err["loc"][0]) if err["loc"] else None
+        where = f"methods.{method}.{pname}" if pname is not None else f"methods.{method}"
+        rank = order.index(pname) if pname in order else len(order)
+        if err["type"] == "extra_forbidden":
+            found.append((rank, f"{where}: unknown parameter (known: {', '.join(fields) or 'none'}){did_you_mean(str(pname), fields)}"))
+        elif err["type"] == PARAM_PROBLEMS:
+            found += [(rank, f"{where}: {line}") for line in err["ctx"]["lines"]]
+        else:
+            found.append((rank, f"{where}: {param_error(err)}"))
+    return [line for _, line in sorted(found, key=lambda item: item[0])]
+
+
+# ----------------------------------------------------------------------------------------------
 # the spec
 # ----------------------------------------------------------------------------------------------
 
@@ -679,11 +1085,17 @@ class SweepSpec(_Model):
     student: StudentConfig = StudentConfig()
     train: TrainConfig = TrainConfig()
     seeds: list[Seed] = [0]
-    methods: dict[str, dict[str, Any]] = {}  # none: only `drydock train --method` can use the spec
+    methods: dict[str, ParamSpace] = {}  # none: only `drydock train --method` can use the spec
     search: SearchConfig = SearchConfig()
     resources: Annotated[ResourcesConfig, HOW_IT_RUNS] = ResourcesConfig()
     tracking: Annotated[TrackingConfig, NOT_FINGERPRINTED] = TrackingConfig()  # where its records go
     selection: SelectionConfig = SelectionConfig()
+
+    @field_validator("methods", mode="wrap")
+    @classmethod
+    def _typed_methods(cls, methods: Any, handler: Any) -> dict[str, ParamSpace]:
+        """Each method's parameters typed by its own value-or-domain model (`method_spaces`)."""
+        return handler(method_spaces(methods) if isinstance(methods, dict) else methods)
 
     @field_validator("seeds")
     @classmethod
@@ -701,68 +1113,6 @@ class SweepSpec(_Model):
     @property
     def registered_model_name(self) -> str:
         return self.tracking.registered_model or f"{self.name}-student"
-
-
-# ----------------------------------------------------------------------------------------------
-# search domains
-# ----------------------------------------------------------------------------------------------
-
-
-def is_domain(value: Any) -> TypeGuard[dict[str, Any]]:
-    """A method parameter given as `{grid: [...]}` (or choice/uniform/...) is a search domain."""
-    return isinstance(value, dict) and len(value) == 1 and next(iter(value)) in DOMAIN_KINDS
-
-
-def domain_candidates(value: dict[str, Any]) -> list[Any]:
-    """Values to validate a domain with: every grid/choice value, or both bounds of a range."""
-    kind, arg = next(iter(value.items()))
-    if kind in ("grid", "choice"):
-        if not isinstance(arg, list) or not arg:
-            raise ValueError(f"{kind} needs a non-empty list")
-        return list(arg)
-    if not (isinstance(arg, list) and len(arg) == 2 and all(isinstance(a, (int, float)) for a in arg)):
-        raise ValueError(f"{kind} needs [low, high]")
-    low, high = arg
-    if not low < high:
-        raise ValueError(f"{kind} needs low < high, got [{low}, {high}]")
-    if kind == "loguniform" and low <= 0:
-        raise ValueError("loguniform needs a positive low bound")
-    if kind == "randint":
-        if not all(isinstance(a, int) for a in arg):
-            raise ValueError("randint needs integer bounds")
-        return [low, high - 1]  # Tune's randint excludes the upper bound
-    return [low, high]
-
-
-def domain_draw(value: dict[str, Any]) -> float | None:
-    """A typical draw of a uniform/loguniform domain (None for the other kinds), to validate.
-
-    The bounds alone do not show what the parameter will receive: `{uniform: [1, 3]}` has integer
-    bounds but draws floats like 2.69, which an integer parameter rejects. The draw returned is
-    strictly inside the range and not a whole number, as nearly every real draw is. Call it only
-    on a domain that `domain_candidates` accepted.
-    """
-    kind, arg = next(iter(value.items()))
-    if kind not in ("uniform", "loguniform"):
-        return None
-    low, high = arg
-    draw = math.nan  # replaced on the loop's first pass
-    for fraction in (0.5, 1 / 3, 0.6180339887498949):
-        if kind == "uniform":
-            draw = low + (high - low) * fraction
-        else:
-            draw = math.exp(math.log(low) + (math.log(high) - math.log(low)) * fraction)
-        if low < draw < high and not float(draw).is_integer():
-            break
-    return float(draw)
-
-
-def default_params(params: dict[str, Any]) -> dict[str, Any]:
-    """Fixed values only: a searched parameter falls back to the method's default.
-
-    This is what `drydock train` runs when no `--set methods.<m>.<p>=<v>` pins a domain.
-    """
-    return {k: v for k, v in params.items() if not is_domain(v)}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -962,111 +1312,35 @@ def _format_error(err: Mapping[str, Any]) -> str:
     return f"{loc}: {msg}"
 
 
+def error_lines(error: ValidationError) -> list[str]:
+    """A spec's validation errors, one `field.path: what was expected` line each (the `methods:`
+    section's own problems arrive together, as one error holding their lines)."""
+    lines: list[str] = []
+    for err in error.errors():
+        lines += err["ctx"]["lines"] if err["type"] == METHOD_PROBLEMS else [_format_error(err)]
+    return lines
+
+
 def param_error(err: Mapping[str, Any]) -> str:
     """A pydantic error about a method's parameters, as the text after `methods.<name>.<param>: `."""
     return _format_error({**err, "loc": ()}).split(": ", 1)[1]
 
 
 def validate_methods(spec: SweepSpec) -> list[str]:
-    """Each method must be registered and each parameter (and domain value) valid for it."""
-    from methods import get_method, registered_methods
+    """What a method's parameters cannot say alone: whether the spec's resources can train it.
+    (Its parameters and domains were checked as the spec was typed: `method_spaces`.)"""
+    from methods import get_method
 
     problems: list[str] = []
-    known = registered_methods()
-    for name, params in spec.methods.items():
-        if name not in known:
-            problems.append(f"methods.{name}: unknown method (registered: {', '.join(sorted(known))}){did_you_mean(name, known)}")
-            continue
-        params = params or {}
-        if not isinstance(params, dict):
-            problems.append(f"methods.{name}: expected a mapping of parameters")
-            continue
-        resources = spec.resources
+    resources = spec.resources
+    for name in spec.methods:
         if (resources.strategy == "deepspeed" and resources.deepspeed.zero_stage == 3 and resources.workers_per_trial > 1
                 and not get_method(name).same_modules_on_every_rank):
             problems.append(
                 f"methods.{name}: cannot train under resources.deepspeed.zero_stage 3 with {resources.workers_per_trial} "
                 f"workers: its ranks run different modules in one step, and ZeRO-3 gathers each module's weights with a "
                 f"collective as it runs (the ranks would wait for each other forever); use zero_stage 2 or one worker")
-        model = get_method(name).Params
-        fields = model.model_fields
-        for pname, value in params.items():
-            where = f"methods.{name}.{pname}"
-            if pname not in fields:
-                problems.append(f"{where}: unknown parameter (known: {', '.join(fields) or 'none'}){did_you_mean(pname, fields)}")
-                continue
-            try:
-                candidates = domain_candidates(value) if is_domain(value) else [value]
-            except ValueError as e:
-                problems.append(f"{where}: {e}")
-                continue
-            infinite = [cand for cand in candidates if _not_finite(cand)]
-            if infinite:  # a method's own Params may not say so: `temperature: .inf` is > 0
-                problems.append(f"{where}: must be a finite number (got {infinite[0]!r})")
-                continue
-            found = [msg for cand in candidates for _, msg in _field_errors(model, pname, cand)]
-            problems.extend(f"{where}: {msg}" for msg in found)
-            draw = None if found or not is_domain(value) else domain_draw(value)
-            errors = [] if draw is None else _field_errors(model, pname, draw)
-            kind = next(iter(value)) if is_domain(value) else None
-            if any(etype == "int_from_float" for etype, _ in errors):
-                problems.append(f"{where}: {kind} draws floats but {pname} takes integers; use randint or grid")
-            elif errors:
-                reason = "; ".join(msg for _, msg in errors)
-                problems.append(f"{where}: {kind} draws values inside the range that {pname} rejects: {reason}")
-        if not any(p.startswith(f"methods.{name}.") for p in problems):
-            problems.extend(f"methods.{name}: {msg}" for msg in _combination_problems(model, params))
     return problems
-
-
-def _not_finite(value: Any) -> bool:
-    """An infinite or NaN float anywhere in a parameter's value (a list of them included)."""
-    if isinstance(value, float):
-        return not math.isfinite(value)
-    return isinstance(value, (list, dict)) and any(_not_finite(v) for v in (value.values() if isinstance(value, dict) else value))
-
-
-MAX_COMBINATIONS_CHECKED = 10_000
-
-
-def _combination_problems(model: type[BaseModel], params: dict[str, Any]) -> list[str]:
-    """Cross-field checks (a sum that must not exceed 1, two ways to give one setting): the
-    parameters together, for every grid and choice value and each bound of every range.
-
-    Checking each parameter alone misses these, and the sweep would then stop at the first bad
-    combination. The constraints compare or add parameters, so a range that passes at its
-    bounds passes inside them; `expand_trials` still reports a draw that fails as a SpecError.
-    """
-    values = {k: domain_candidates(v) if is_domain(v) else [v] for k, v in params.items()}
-    searched = [k for k, v in params.items() if is_domain(v)]
-    found: dict[str, str] = {}
-    combos = itertools.islice(itertools.product(*values.values()), MAX_COMBINATIONS_CHECKED)
-    for combo in combos:
-        point = dict(zip(values, combo))
-        try:
-            model.model_validate(point)
-        except ValidationError as e:
-            with_ = ", ".join(f"{k}={point[k]!r}" for k in searched)
-            for err in e.errors():
-                msg = param_error(err)
-                found.setdefault(msg, f"{msg} (with {with_})" if with_ else msg)
-    return list(found.values())
-
-
-def _field_errors(model: type[BaseModel], pname: str, value: Any) -> list[tuple[str, str]]:
-    """(type, message) of each error the method's Params model gives for `pname = value` alone.
-
-    Errors on other fields come from cross-field checks that need the rest, so they are left out.
-    """
-    try:
-        model.model_validate({pname: value})
-    except ValidationError as e:
-        return [
-            (err["type"], param_error(err))
-            for err in e.errors()
-            if tuple(err["loc"][:1]) == (pname,)
-        ]
-    return []
 
 
 def load_spec(path: str | Path, overrides: list[str] | None = None) -> SweepSpec:
@@ -1108,7 +1382,7 @@ def spec_from_dict(raw: dict[str, Any], overrides: list[str] | None = None) -> S
     try:
         spec = SweepSpec.model_validate(raw)
     except ValidationError as e:
-        raise SpecError([_format_error(err) for err in e.errors()]) from None
+        raise SpecError(error_lines(e)) from None
     problems = validate_methods(spec) or trial_count_problems(spec)
     if problems:
         raise SpecError(problems)
@@ -1119,10 +1393,10 @@ def trial_count(spec: SweepSpec) -> dict[str, int]:
     """Trials per method before any runs, at most (`pipeline.search.space` drops duplicate draws):
     the product of its grids' sizes, × `search.num_samples` when it has random domains, × seeds."""
     counts = {}
-    for name, params in spec.methods.items():
-        domains = [v for v in (params or {}).values() if is_domain(v)]
-        configurations = math.prod(len(v["grid"]) for v in domains if "grid" in v)
-        if any("grid" not in v for v in domains):
+    for name, space in spec.methods.items():
+        domains = list(space.domains().values())
+        configurations = math.prod(len(d.grid) for d in domains if isinstance(d, Grid))
+        if any(not isinstance(d, Grid) for d in domains):
             configurations *= spec.search.num_samples
         counts[name] = configurations * len(spec.seeds)
     return counts
@@ -1136,7 +1410,7 @@ def trial_count_problems(spec: SweepSpec) -> list[str]:
     if total <= MAX_TRIALS:
         return []
     sampled = spec.search.num_samples > 1 and any(
-        is_domain(v) and "grid" not in v for params in spec.methods.values() for v in (params or {}).values())
+        not isinstance(d, Grid) for space in spec.methods.values() for d in space.domains().values())
     where = "search.num_samples" if sampled else "methods"
     per_method = ", ".join(f"{name}: {count:,}" for name, count in counts.items())
     return [f"{where}: the sweep would run {total:,} trials ({per_method}; with {len(spec.seeds)} seed(s)), more than the "
@@ -1240,10 +1514,10 @@ def _depth_problems(spec: SweepSpec, depth: int, source: str) -> list[str]:
     """A student keeps at most the teacher's `depth` layers, by indices 0..depth-1: the spec's
     `student` section and every method's `num_layers` / `layers` (each value of a domain)."""
     given: list[tuple[str, Any]] = [("student.num_layers", spec.student.num_layers), ("student.layers", spec.student.layers)]
-    for name, params in spec.methods.items():
+    for name, space in spec.methods.items():
         for pname in ("num_layers", "layers"):
-            value = (params or {}).get(pname)
-            for cand in domain_candidates(value) if is_domain(value) else [value]:
+            value = space.given().get(pname)
+            for cand in value.candidates() if isinstance(value, Domain) else [value]:
                 given.append((f"methods.{name}.{pname}", cand))
     problems: list[str] = []
     for field, value in given:

@@ -21,7 +21,7 @@ from pathlib import Path
 import pandas as pd
 
 from pipeline import results as results_table
-from pipeline.config import SweepSpec, check_for_sweep, load_deepspeed_preset, spec_to_dict
+from pipeline.config import SweepSpec, check_for_sweep, load_deepspeed_preset
 from pipeline.errors import DrydockError
 from pipeline.measure.latency import check_latency_nodes
 from pipeline.prepare.revisions import source_revisions
@@ -29,6 +29,7 @@ from pipeline.prepare.stage import prepare
 from pipeline.search.driver import SearchContext
 from pipeline.search.ray_instance import check_gpu_workers, init_ray, max_concurrent
 from pipeline.search.recorder import SweepRecorder, record_pending, stand_in_callback
+from pipeline.search.sealed import Sealed
 from pipeline.search.space import expand_trials
 from pipeline.search.state import end_run, open_run, run_revisions, run_storage, start_run
 from pipeline.search.teacher import teacher_stage
@@ -87,7 +88,7 @@ def run_sweep(spec: SweepSpec, workdir: str | Path, *, resume: bool = False, add
         **source_revisions(spec, prepared.data.revision)}, log=log, backfill=record_pending)  # the hub commits: teacher_revision, data_revision
     log(f"search: {len(trials)} trials ({', '.join(sorted({t.method for t in trials}))}) × seeds {spec.seeds}; run {run.paths.run_id}")
     context = SearchContext(
-        spec=spec_to_dict(spec), resources=TrainResources.of(spec), workdir=store.location,
+        spec=Sealed(spec), resources=TrainResources.of(spec), workdir=store.location,
         trials_dir=run.paths.trials_dir.relative_to(local).as_posix(), train_storage=storage.train,
         metric_key=f"eval/{metric_name}", teacher={"path": teacher_ref, "metrics": teacher.metrics, "key": teacher.key},
         prepared=folders, deepspeed_preset=deepspeed_preset,

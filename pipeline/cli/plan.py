@@ -27,9 +27,12 @@ import os
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from pipeline.config import SweepSpec, TaskConfig, TrainConfig, teacher_config
+
+if TYPE_CHECKING:
+    from methods.base import MethodParams
 
 # One CPU thread's training throughput: the MiniLM-sized step of benchmarks/RESULTS.md
 # ("Training-loop overhead": 1,121 ms for batch 32 × 64 tokens on 2 threads; 6 layers of hidden
@@ -180,7 +183,7 @@ def teacher_shape(spec: SweepSpec) -> tuple[int, int, int] | None:
     return layers, hidden, int(intermediate)
 
 
-def student_params(spec: SweepSpec, method_fields: set[str], params: dict[str, Any], teacher: tuple[int, int, int]) -> int:
+def student_params(spec: SweepSpec, method_fields: set[str], params: MethodParams, teacher: tuple[int, int, int]) -> int:
     """Layer parameters of the student one configuration trains: its own depth and width, else
     the spec's `student`, else half the teacher (rounded up) and its width; a method without a
     depth of its own (pruning) trains the whole teacher."""
@@ -188,11 +191,11 @@ def student_params(spec: SweepSpec, method_fields: set[str], params: dict[str, A
     s = spec.student
     if not {"num_layers", "layers"} & method_fields:
         return depth * layer_params(hidden, intermediate)
-    given = [params.get("layers"), params.get("split"), s.layers]
+    given = [getattr(params, "layers", None), getattr(params, "split", None), s.layers]
     counted = next((len(v) for v in given if isinstance(v, list | tuple) and v), None)
-    layers = params.get("num_layers") or counted or s.num_layers or (depth + 1) // 2
-    width = params.get("hidden_size") or s.hidden_size or hidden
-    inner = params.get("intermediate_size") or s.intermediate_size or (intermediate if width == hidden else 4 * width)
+    layers = getattr(params, "num_layers", None) or counted or s.num_layers or (depth + 1) // 2
+    width = getattr(params, "hidden_size", None) or s.hidden_size or hidden
+    inner = getattr(params, "intermediate_size", None) or s.intermediate_size or (intermediate if width == hidden else 4 * width)
     return int(layers) * layer_params(int(width), int(inner))
 
 
@@ -277,7 +280,7 @@ def _method_plans(spec: SweepSpec, steps: int | None, shape: tuple[int, int, int
             for params in configs.values():
                 low = step_seconds(student_params(spec, fields, params, shape), tokens, threads)
                 lows.append(low)
-                highs.append(low + (teacher_forward if cls.needs_teacher(cls.Params.model_validate(params)) else 0.0))
+                highs.append(low + (teacher_forward if cls.needs_teacher(params) else 0.0))
             seconds = (steps * sum(lows) / len(lows), steps * sum(highs) / len(highs)) if lows else None
         note = "+ distillation on unlabeled text, not counted" if cls.unlabeled is not Method.unlabeled else ""
         plans.append(MethodPlan(name, len(configs), counts[name], steps, seconds, note))

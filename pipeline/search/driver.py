@@ -5,24 +5,28 @@ trials train on, and it needs only Ray (and torch, which `ray.train.torch` impor
 through `pipeline.search.worker`, it would pull in transformers and every method too, per trial
 (`benchmarks/RESULTS.md` has the measured cost; `tests/unit/search/test_driver.py` keeps it
 out). So `train_worker` below is a shim: the heavy worker module is imported inside the Train
-worker only, and the driver never validates the spec (validating a method's parameters imports
-the method): it forwards the spec's dump to the worker, which validates it where it lands, and
-reads what it needs itself from `SearchContext`, typed values the orchestrator took from the
-validated spec.
+worker only, and the driver never opens the spec nor the trial's parameters (unpickling either
+imports the method): both travel sealed (`pipeline.search.sealed`) to the worker, which opens
+them as they were validated, and the driver reads what it needs itself from `SearchContext`,
+typed values the orchestrator took from the validated spec, and the trial's key.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ray
 from ray import tune
 
 from pipeline.search.outcome import OUTCOME_FILE, read_outcome, write_outcome
-from pipeline.search.space import TrialSpec
+from pipeline.search.sealed import Sealed
+from pipeline.search.space import key_of
 from pipeline.search.trainer import TrainResources, last_line, run_train
 from pipeline.storage import WorkStore
+
+if TYPE_CHECKING:
+    from pipeline.config import SweepSpec
 
 NAN = float("nan")
 
@@ -31,7 +35,7 @@ NAN = float("nan")
 class SearchContext:
     """What every trial of one sweep run shares, given to each trial's driver by Tune."""
 
-    spec: dict[str, Any]  # the validated spec's dump (`spec_to_dict`), for the worker to validate
+    spec: Sealed[SweepSpec]  # the validated spec, opened by the workers only
     resources: TrainResources
     workdir: str  # the work location (`pipeline.storage`): a folder, or a URI no node needs to mount
     trials_dir: str  # key in it: each trial's student/, metrics.json and outcome.json under <trials_dir>/<key>
@@ -51,19 +55,19 @@ def train_worker(config: dict[str, Any]) -> None:
 
 def trial_driver(config: dict[str, Any], shared: SearchContext) -> None:
     """Tune trainable: one Train run for one trial, then a final report of its outcome."""
-    trial = TrialSpec.from_dict(config["trial"])
+    key = key_of(config["trial"])  # a `Trial` (`pipeline.search.space`), passed on as it is
     store = WorkStore.open(shared.workdir)
-    trial_key = f"{shared.trials_dir}/{trial.key}"
+    trial_key = f"{shared.trials_dir}/{key}"
     outcome = _outcome(store, trial_key)
     if outcome is None or outcome.get("status") != "finished":  # a finished trial is never re-run
         # A trial Tune stops is still in fit() (reports reach Tune from the relay's thread): its
         # actor must not be reused (`pipeline.search.tuner` turns reuse off when trials can be
         # stopped), it is killed, and the Train run with it.
         worker_config = {
-            "spec": shared.spec, "trial": trial.to_dict(), "workdir": shared.workdir, "trial_dir": trial_key,
+            "spec": shared.spec, "trial": config["trial"], "workdir": shared.workdir, "trial_dir": trial_key,
             "teacher": shared.teacher, "prepared": shared.prepared, "deepspeed_preset": shared.deepspeed_preset,
         }
-        failure = run_train(train_worker, worker_config, shared.resources, name=f"train-{trial.key}",
+        failure = run_train(train_worker, worker_config, shared.resources, name=f"train-{key}",
                             storage_path=shared.train_storage, on_report=tune.report)
         outcome = _outcome(store, trial_key)
         if outcome is None:  # it failed before the worker could say why: record it here

@@ -27,7 +27,7 @@ from ray import tune
 
 from pipeline import results as results_table
 from pipeline.search.outcome import OUTCOME_FILE, read_outcome
-from pipeline.search.space import TrialSpec
+from pipeline.search.space import Trial, as_trial
 from pipeline.search.state import SweepPaths
 from pipeline.storage import WorkStore
 from pipeline.tracking import SweepTracker
@@ -57,12 +57,12 @@ def stand_in_callback() -> tune.Callback:
     return tune.Callback()
 
 
-def _trial(trial: Any) -> TrialSpec:
-    return TrialSpec.from_dict(trial.config["trial"])
+def _trial(trial: Any) -> Trial:
+    return as_trial(trial.config["trial"])
 
 
-def _run_params(t: TrialSpec) -> dict[str, Any]:
-    return {"method": t.method, "seed": t.seed, "config_id": t.config_id, "params": t.params}
+def _run_params(t: Trial) -> dict[str, Any]:
+    return {"method": t.method, "seed": t.seed, "config_id": t.config_id, "params": t.params.model_dump(mode="json")}
 
 
 def _present(value: Any) -> bool:
@@ -264,7 +264,7 @@ class SweepRecorder(tune.Callback):
             config = (result.config or {}).get("trial")
             if not config:
                 continue
-            t = TrialSpec.from_dict(config)
+            t = as_trial(config)
             if t.key in done:  # drained above: every row this driver wrote is in the table
                 continue
             error = str(result.error) if result.error is not None else None
@@ -367,10 +367,10 @@ class SweepRecorder(tune.Callback):
 
         self._submit_tracking(job)
 
-    def _finish(self, t: TrialSpec, error: str | None, last: dict[str, Any], stopped: bool = False) -> None:
+    def _finish(self, t: Trial, error: str | None, last: dict[str, Any], stopped: bool = False) -> None:
         """The trial's row, on the table thread, before and whatever happens to its MLflow run."""
         status, outcome = self._outcome(t, error, last, stopped)
-        row = results_table.trial_row(t.key, t.method, t.seed, t.params, status, outcome, error=outcome.get("error"),
+        row = results_table.trial_row(t.key, t.method, t.seed, t.params.model_dump(mode="json"), status, outcome, error=outcome.get("error"),
                                       metric_name=self.metric_name)
         with self.table_lock:
             results_table.upsert(self.paths.results, [row])
@@ -380,7 +380,7 @@ class SweepRecorder(tune.Callback):
         self.log(f"trial {t.key}: {status} {shown}")
         self._track_end(t.key, _run_params(t), status, outcome)
 
-    def _outcome(self, t: TrialSpec, error: str | None, last: dict[str, Any], stopped: bool) -> tuple[str, dict[str, Any]]:
+    def _outcome(self, t: Trial, error: str | None, last: dict[str, Any], stopped: bool) -> tuple[str, dict[str, Any]]:
         """How the trial ended: its worker's outcome file, else what Tune saw."""
         outcome = self._fetched_outcome(self.paths.trials_dir / t.key)
         if stopped and outcome is not None and outcome.get("status") != "finished":

@@ -14,89 +14,127 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
-import math
 import random
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, cast
 
 from pydantic import ValidationError
 
-from pipeline.config import SweepSpec, is_domain, param_error
+from pipeline.config import Grid, ParamSpace, Sampled, SweepSpec, param_error
 from pipeline.errors import SpecError
+from pipeline.search.sealed import Sealed
+
+if TYPE_CHECKING:  # at run time the driver imports this module, which must not load torch (methods.base does)
+    from methods.base import MethodParams
 
 
-@dataclass(frozen=True)
-class TrialSpec:
-    method: str
-    params: dict[str, Any]  # every parameter of the method, validated, defaults filled in
-    seed: int
-    config_id: str  # same for every seed of one configuration
+class Trial:
+    """One trial: a method, its parameters (the method's own `Params`, validated once where the
+    configuration is drawn), a seed, and the configuration it belongs to. Built here and handed as
+    it is to Tune, the trial's driver, its Train workers and the method. The parameters travel
+    sealed (`pipeline.search.sealed`): the driver reads only the key."""
+
+    __slots__ = ("config_id", "method", "seed", "_params")
+
+    def __init__(self, method: str, params: MethodParams, seed: int, config_id: str) -> None:
+        self.method = method
+        self.seed = seed
+        self.config_id = config_id  # same for every seed of one configuration
+        self._params = Sealed(params)
+
+    @property
+    def params(self) -> MethodParams:
+        return self._params.open()
 
     @property
     def key(self) -> str:
         """Stable across runs and restores: names the trial's folder, Train run and MLflow run."""
-        return f"{self.method}-{self.config_id}-s{self.seed}"
+        return trial_key(self.method, self.config_id, self.seed)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"method": self.method, "params": self.params, "seed": self.seed, "config_id": self.config_id}
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_travelled, (self.method, self._params, self.seed, self.config_id))
 
-    @staticmethod
-    def from_dict(d: dict[str, Any]) -> TrialSpec:
-        return TrialSpec(d["method"], dict(d["params"]), int(d["seed"]), d["config_id"])
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Trial) and (self.key, self.params) == (other.key, other.params)
 
+    def __hash__(self) -> int:
+        return hash(self.key)
 
-def _sample(kind: str, arg: list[Any], rng: random.Random) -> Any:
-    if kind == "choice":
-        return rng.choice(arg)
-    low, high = arg
-    if kind == "uniform":
-        return rng.uniform(low, high)
-    if kind == "loguniform":
-        return math.exp(rng.uniform(math.log(low), math.log(high)))
-    if kind == "randint":
-        return rng.randrange(low, high)
-    raise ValueError(kind)
+    def __str__(self) -> str:  # what Tune names the trial's folder after
+        return self.key
+
+    def __repr__(self) -> str:
+        return f"Trial({self.method!r}, {self.params!r}, {self.seed}, {self.config_id!r})"
 
 
-def config_id(method: str, params: dict[str, Any]) -> str:
-    return hashlib.sha256(json.dumps([method, params], sort_keys=True, default=str).encode()).hexdigest()[:8]
+def _travelled(method: str, params: Sealed[MethodParams], seed: int, config_id: str) -> Trial:
+    trial = Trial.__new__(Trial)
+    trial.method, trial._params, trial.seed, trial.config_id = method, params, seed, config_id
+    return trial
 
 
-def method_configurations(method: str, params: dict[str, Any], num_samples: int, rng: random.Random) -> list[dict[str, Any]]:
-    """Grid points × samples of the random domains, each validated into a full parameter set."""
-    params = params or {}
-    fixed = {k: v for k, v in params.items() if not is_domain(v)}
-    grids = {k: v["grid"] for k, v in params.items() if is_domain(v) and "grid" in v}
-    randoms = {k: next(iter(v.items())) for k, v in params.items() if is_domain(v) and "grid" not in v}
-    from methods import get_method  # here, not at the top: TrialSpec users stay free of torch
+def trial_key(method: str, config_id: str, seed: int) -> str:
+    return f"{method}-{config_id}-s{seed}"
 
-    model = get_method(method).Params
-    configs: list[dict[str, Any]] = []
+
+def key_of(trial: Trial | Mapping[str, Any]) -> str:
+    """The key of the trial a Tune config holds, without opening its parameters (see `as_trial`)."""
+    if isinstance(trial, Trial):
+        return trial.key
+    return trial_key(trial["method"], trial["config_id"], int(trial["seed"]))
+
+
+def as_trial(trial: Trial | Mapping[str, Any]) -> Trial:
+    """The trial a Tune config holds. A sweep started before trials were typed holds plain dicts
+    (`{"method", "params", "seed", "config_id"}`) in its restored Tune state; resumed, each is
+    validated here, once, into its method's Params."""
+    if isinstance(trial, Trial):
+        return trial
+    from methods import get_method  # a sweep's own process or a Train worker: methods are loaded there
+
+    params = get_method(trial["method"]).Params.model_validate(trial["params"])
+    return Trial(trial["method"], params, int(trial["seed"]), trial["config_id"])
+
+
+def config_id(method: str, params: MethodParams) -> str:
+    """The configuration's id: a hash of its parameters' JSON dump, every default included (ids
+    of a run started earlier stay valid: `--resume` and the results table depend on them)."""
+    dumped = params.model_dump(mode="json")
+    return hashlib.sha256(json.dumps([method, dumped], sort_keys=True, default=str).encode()).hexdigest()[:8]
+
+
+def method_configurations(method: str, space: ParamSpace, num_samples: int, rng: random.Random) -> list[MethodParams]:
+    """Grid points × samples of the random domains, each validated into the method's Params."""
+    fixed = space.fixed()
+    grids = {k: d.grid for k, d in space.domains().items() if isinstance(d, Grid)}
+    randoms = {k: d for k, d in space.domains().items() if not isinstance(d, Grid)}
+    model = cast("type[MethodParams]", space.params_model)
+    configs: list[MethodParams] = []
     seen: set[str] = set()
     for combo in itertools.product(*grids.values()) if grids else [()]:
         point = {**fixed, **dict(zip(grids, combo))}
         for _ in range(num_samples if randoms else 1):
-            drawn = {k: _sample(kind, arg, rng) for k, (kind, arg) in randoms.items()}
+            drawn = {k: cast(Sampled, d).sample(rng) for k, d in randoms.items()}
             try:
-                full = model.model_validate({**point, **drawn}).model_dump(mode="json")
-            except ValidationError as e:  # validate_methods checks the bounds; a draw inside may still fail
+                params = model.model_validate({**point, **drawn})
+            except ValidationError as e:  # the spec checked the bounds (ParamSpace); a draw inside may still fail
                 searched = ", ".join(f"{k}={v!r}" for k, v in {**dict(zip(grids, combo)), **drawn}.items())
                 raise SpecError([
                     f"{'.'.join(['methods', method, *map(str, err['loc'])])}: {param_error(err)} (with {searched})"
                     for err in e.errors()
                 ]) from None
-            ident = json.dumps(full, sort_keys=True)
+            ident = json.dumps(params.model_dump(mode="json"), sort_keys=True)
             if ident not in seen:
                 seen.add(ident)
-                configs.append(full)
+                configs.append(params)
     return configs
 
 
-def expand_trials(spec: SweepSpec) -> list[TrialSpec]:
+def expand_trials(spec: SweepSpec) -> list[Trial]:
     rng = random.Random(spec.search.sample_seed)
-    trials: list[TrialSpec] = []
+    trials: list[Trial] = []
     for method in spec.methods:  # spec order: the user's order is the table's order
         for params in method_configurations(method, spec.methods[method], spec.search.num_samples, rng):
             cid = config_id(method, params)
-            trials.extend(TrialSpec(method, params, seed, cid) for seed in spec.seeds)
+            trials.extend(Trial(method, params, seed, cid) for seed in spec.seeds)
     return trials

@@ -17,11 +17,12 @@ import shutil
 from collections.abc import Callable
 from typing import Any
 
-from pipeline.config import SweepSpec, spec_to_dict
+from pipeline.config import SweepSpec
 from pipeline.errors import DrydockError
 from pipeline.prepare.cache import folder_digest
 from pipeline.prepare.stage import Prepared
 from pipeline.search.outcome import read_outcome
+from pipeline.search.sealed import Sealed
 from pipeline.search.trainer import TrainResources, last_line, run_train
 from pipeline.search.worker import teacher_worker
 from pipeline.storage import WorkStore
@@ -89,7 +90,7 @@ def finetune_teacher_on_workers(
     # a divergence is written here by rank 0 instead of raised (a Train retry would diverge again)
     outcome_key = f"teachers/.run-{key}"
     store.delete(outcome_key)  # an earlier run's divergence must not speak for this one
-    config = {"spec": spec_to_dict(spec), "workdir": store.location, "deepspeed_preset": deepspeed_preset,
+    config = {"spec": Sealed(spec), "workdir": store.location, "deepspeed_preset": deepspeed_preset,
               "outcome_dir": outcome_key, "prepared": folders, "teacher_key": key}
     # every evaluation reaches the log while fit() waits: a GPU teacher can take many minutes
     failure = run_train(teacher_worker, config, TrainResources.of(spec), name=f"teacher-{key}",

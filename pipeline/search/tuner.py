@@ -20,7 +20,7 @@ from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, TrialScheduler
 from pipeline.config import SweepSpec
 from pipeline.search.driver import SearchContext, trial_driver
 from pipeline.search.recorder import stand_in_callback
-from pipeline.search.space import TrialSpec
+from pipeline.search.space import Trial, key_of
 from pipeline.search.state import RunStorage, SweepRun
 from pipeline.search.trial_table import SweepBoard
 from pipeline.training.step_bar import display_mode
@@ -50,7 +50,7 @@ def scheduler(spec: SweepSpec, metric_key: str) -> TrialScheduler:
 
 def make_tuner(
     spec: SweepSpec,
-    trials: Sequence[TrialSpec],
+    trials: Sequence[Trial],
     context: SearchContext,
     storage: RunStorage,
     *,
@@ -61,7 +61,8 @@ def make_tuner(
 ) -> tune.Tuner:
     """A new Tuner, or, resuming, the interrupted one restored (its finished trials are kept)."""
     trainable = tune.with_resources(tune.with_parameters(trial_driver, shared=context), DRIVER_RESOURCES)
-    param_space: dict[str, Any] = {"trial": tune.grid_search([t.to_dict() for t in trials])}
+    # the trials themselves: Tune's variant generator copies and pickles them, never reads them
+    param_space: dict[str, Any] = {"trial": tune.grid_search(list(trials))}
     progress = SweepProgress(len(trials), context.metric_key)
     if run.resuming and tune.Tuner.can_restore(storage.experiment_path):
         log(f"resume: continuing run {run.paths.run_id} (finished trials are kept)")
@@ -88,7 +89,7 @@ def make_tuner(
 
 
 def _key(trial: Any) -> str:
-    return TrialSpec.from_dict(trial.config["trial"]).key
+    return key_of(trial.config["trial"])
 
 
 class SweepProgress(tune.Callback):

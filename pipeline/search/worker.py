@@ -1,7 +1,7 @@
 """The Ray Train worker: one process of one trial (rank r of N).
 
-It receives plain data (the validated spec's dump, the trial, the work location and keys in it)
-and validates the spec where it lands (a worker never trusts an unvalidated dict), loads the
+It receives the validated spec and the trial as the sweep built them (sealed on the way:
+`pipeline.search.sealed`; never validated again here), the work location and keys in it, loads the
 tokenized data and the fine-tuned teacher from the work location's cache (a trial never
 re-tokenizes or re-fine-tunes; on a store without a shared disk they are fetched into this node's
 mirror first, `pipeline.storage`), runs the loop under DDP or DeepSpeed, reports every evaluation
@@ -23,11 +23,11 @@ import ray
 import ray.train
 import torch
 
-from pipeline.config import ResourcesConfig, SweepSpec, spec_from_dict
+from pipeline.config import ResourcesConfig, SweepSpec
 from pipeline.errors import DrydockError
 from pipeline.prepare.stage import Prepared, load_prepared
 from pipeline.search.outcome import OUTCOME_FILE, write_outcome
-from pipeline.search.space import TrialSpec
+from pipeline.search.space import as_trial
 from pipeline.storage import WorkStore
 from pipeline.training import loop
 from pipeline.training.engine import Distributed
@@ -59,8 +59,8 @@ class RayReporter:
 
 
 def _landed(config: dict[str, Any]) -> tuple[SweepSpec, Distributed]:
-    """The spec, validated once here, and this process's place in the run."""
-    spec = spec_from_dict(config["spec"])
+    """The spec, as the sweep validated it, and this process's place in the run."""
+    spec: SweepSpec = config["spec"].open()
     torch.set_num_threads(max(1, int(spec.resources.cpus_per_worker)))
     return spec, _distributed(spec.resources, config.get("deepspeed_preset"))
 
@@ -131,7 +131,7 @@ def _teacher(store: WorkStore, ref: dict[str, Any]) -> TeacherResult:
 
 def train_worker(config: dict[str, Any]) -> None:
     """Ray Train's `train_loop_per_worker` for a trial."""
-    trial = TrialSpec.from_dict(config["trial"])
+    trial = as_trial(config["trial"])
     store = WorkStore.open(config["workdir"])
     trial_key = config["trial_dir"]
     output_dir = store.path(trial_key)

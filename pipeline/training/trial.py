@@ -59,7 +59,7 @@ class _Laps:
 def run_trial(
     spec: SweepSpec,
     method_name: str,
-    params: MethodParams | dict[str, Any],
+    params: MethodParams,
     seed: int,
     workdir: Path,
     output_dir: Path,
@@ -77,8 +77,9 @@ def run_trial(
     dist = dist or loop.Distributed()  # one process: rank 0 of 1
     lap = _Laps()
     method_cls = get_method(method_name)
-    # validated once where it lands: a sweep's trial arrives as the plain dict its draw dumped
-    typed = params if isinstance(params, method_cls.Params) else method_cls.Params.model_validate(params)
+    # as the configuration was validated where it was drawn (a sweep's `Trial`) or resolved
+    # (`resolve_params`): the method receives this very object
+    typed = params
     prepared = prepared or prepare(spec, workdir)
     lap("prepare")
     teacher_model = None

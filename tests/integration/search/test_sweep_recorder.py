@@ -40,8 +40,8 @@ def test_reconcile_records_trials_a_killed_driver_left_unrecorded_once(tmp_path)
     write_outcome(paths.trials_dir / done.key, {"status": "finished", "metric": 0.75, "metrics": {"accuracy": 0.75}, "steps": 40})
     # Tune's view after a restore: one trial finished (its outcome written), one stopped by ASHA
     grid = [
-        SimpleNamespace(config={"trial": done.to_dict()}, metrics={"drydock_final": 1.0, "eval/accuracy": 0.75}, error=None),
-        SimpleNamespace(config={"trial": stopped.to_dict()}, metrics={"eval/accuracy": 0.5, "step": 20, "epoch": 1}, error=None),
+        SimpleNamespace(config={"trial": done}, metrics={"drydock_final": 1.0, "eval/accuracy": 0.75}, error=None),
+        SimpleNamespace(config={"trial": stopped}, metrics={"eval/accuracy": 0.5, "step": 20, "epoch": 1}, error=None),
     ]
     callback.reconcile(grid)
     callback.reconcile(grid)  # nothing left to record: no duplicate rows or runs
@@ -72,8 +72,8 @@ def test_a_recording_error_is_reported_and_the_next_trial_still_recorded(tmp_pat
         return real(trial_id, *args)
 
     monkeypatch.setattr(tracker, "trial_run", unreachable)
-    callback.on_trial_start(0, [], SimpleNamespace(config={"trial": first.to_dict()}, trial_id="a"))
-    callback.reconcile([SimpleNamespace(config={"trial": second.to_dict()}, metrics={}, error=None)])
+    callback.on_trial_start(0, [], SimpleNamespace(config={"trial": first}, trial_id="a"))
+    callback.reconcile([SimpleNamespace(config={"trial": second}, metrics={}, error=None)])
     callback.close()
     assert any(f"recording the start of trial {first.key}" in m and "tracking server unreachable" in m for m in messages)
     frame = results_table.read_results(paths.results)
@@ -88,7 +88,7 @@ def test_a_trial_the_scheduler_stopped_is_stopped_whatever_its_dying_worker_wrot
     stopped, failed = expand_trials(spec)
     for t in (stopped, failed):
         write_outcome(paths.trials_dir / t.key, {"status": "failed", "error": "ActorDiedError: The actor is dead because its owner has died."})
-    trial = lambda t: SimpleNamespace(config={"trial": t.to_dict()}, trial_id=t.key)
+    trial = lambda t: SimpleNamespace(config={"trial": t}, trial_id=t.key)
     callback.on_trial_result(0, [], trial(stopped), {"eval/accuracy": 0.55, "step": 8, "epoch": 1.0, "loss/total": 0.25,
                                                      "checkpoint_dir_name": "checkpoint_000000"})
     callback.on_trial_complete(0, [], trial(stopped))

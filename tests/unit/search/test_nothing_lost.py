@@ -38,7 +38,7 @@ def server_gone(monkeypatch):
 
 
 def tune_trial(t, **extra):
-    return SimpleNamespace(config={"trial": t.to_dict()}, trial_id=f"ray-{t.config_id}", **extra)
+    return SimpleNamespace(config={"trial": t}, trial_id=f"ray-{t.config_id}", **extra)
 
 
 def test_every_row_is_written_while_the_tracker_fails_and_resume_writes_the_runs(tmp_path, server_gone):
@@ -112,7 +112,7 @@ def test_the_next_run_closes_what_a_killed_driver_left_running(tmp_path, capsys)
     runs = {t.key: killed.trial_run(t.key, {"method": t.method}) for t in (running, ended, closed)}
     killed.finish(runs[closed.key], "FINISHED")
     results_table.upsert(sweep_dir / results_table.RESULTS_FILE, [results_table.trial_row(
-        ended.key, ended.method, ended.seed, ended.params, "finished",
+        ended.key, ended.method, ended.seed, ended.params.model_dump(mode="json"), "finished",
         {"metric": 0.7, "metrics": {"accuracy": 0.7}, "steps": 8, "teacher_metric": 0.8}, metric_name="accuracy")])
     save_state(sweep_dir, {"run_id": "old", "parent_run_id": parent, "status": "running"})
     (sweep_dir / "runs" / "old" / "trials").mkdir(parents=True)

@@ -39,7 +39,7 @@ def sweep(tmp_path):
 
 def tune_trial(t, **extra):
     """What the recorder reads of Tune's `Trial`: its config and its id (and an error message)."""
-    return SimpleNamespace(config={"trial": t.to_dict()}, trial_id=f"ray-{t.config_id}", **extra)
+    return SimpleNamespace(config={"trial": t}, trial_id=f"ray-{t.config_id}", **extra)
 
 
 def run_of(sweep, row):

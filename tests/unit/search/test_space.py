@@ -23,9 +23,9 @@ def kd(**params) -> dict:
 
 def test_an_integer_parameter_is_searched_with_randint_not_uniform():
     trials = expand_trials(spec_from_dict(kd(num_layers={"randint": [1, 4]}, temperature={"uniform": [1, 3]})))
-    assert {t.params["num_layers"] for t in trials} <= {1, 2, 3}
-    assert all(isinstance(t.params["num_layers"], int) for t in trials)
-    assert all(1 <= t.params["temperature"] <= 3 for t in trials)
+    assert {t.params.num_layers for t in trials} <= {1, 2, 3}
+    assert all(isinstance(t.params.num_layers, int) for t in trials)
+    assert all(1 <= t.params.temperature <= 3 for t in trials)
     # uniform would reach expand_trials with floats like 2.69 and fail there, mid-sweep
     for kind in ("uniform", "loguniform"):
         with pytest.raises(SpecError, match=f"methods.kd.num_layers: {kind} draws floats"):
@@ -74,7 +74,7 @@ def test_parameters_that_fail_together_are_a_validation_error():
 def test_a_draw_that_fails_inside_its_range_is_a_spec_error_not_a_traceback(monkeypatch):
     """validate checks a range at its bounds; should a draw inside still fail, the sweep says so."""
     spec = spec_from_dict({**BASE, "methods": {"cofi": {"distill_warmup_fraction": {"uniform": [0.1, 0.4]}}}})
-    monkeypatch.setattr("pipeline.search.space._sample", lambda kind, arg, rng: 0.95)
+    monkeypatch.setattr("pipeline.config.Uniform.sample", lambda self, rng: 0.95)  # the draw moved into the domain type
     with pytest.raises(SpecError) as info:
         expand_trials(spec)
     assert info.value.problems == [

@@ -14,9 +14,10 @@ import pytest
 from ray import tune
 from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
 
+from methods import get_method
 from pipeline.cli import logs
 from pipeline.config import spec_from_dict
-from pipeline.search.space import TrialSpec
+from pipeline.search.space import Trial
 from pipeline.search.tuner import TIME_ATTR, SweepProgress, scheduler
 
 BASE = {
@@ -59,7 +60,7 @@ class FakeTrial:
 
 
 def trial(config_id: str, status: str = "PENDING") -> FakeTrial:
-    return FakeTrial({"trial": TrialSpec("kd", {"alpha": 0.5}, 0, config_id).to_dict()}, status)
+    return FakeTrial({"trial": Trial("kd", get_method("kd").Params(alpha=0.5), 0, config_id)}, status)
 
 
 def test_a_log_gets_the_counts_each_evaluation_and_nothing_after_the_search(capsys):

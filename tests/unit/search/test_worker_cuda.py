@@ -27,10 +27,11 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from pipeline.config import spec_from_dict, spec_to_dict
+from pipeline.config import spec_from_dict
 from pipeline.errors import DrydockError
 from pipeline.search import worker
 from pipeline.search.outcome import read_outcome
+from pipeline.search.sealed import Sealed
 
 WORLD = 2
 BASE = {"name": "t", "task": {"name": "synthetic", "source": "synthetic"},
@@ -55,7 +56,7 @@ def _rank(rank: int, port: int, without_cuda: int | None, out: str, all_ended) -
     # short: a rank left waiting in a collective fails the test instead of hanging it
     dist.init_process_group("gloo", rank=rank, world_size=WORLD, timeout=datetime.timedelta(seconds=10))
     context = SimpleNamespace(get_world_size=lambda: WORLD, get_world_rank=lambda: rank)
-    config = {"spec": spec_to_dict(spec_from_dict(BASE)), "workdir": out, "trial_dir": "trial", "deepspeed_preset": None,
+    config = {"spec": Sealed(spec_from_dict(BASE)), "workdir": out, "trial_dir": "trial", "deepspeed_preset": None,
               "prepared": {"data": "data-x", "tokenizer": "tokenizer-x"},
               "trial": {"method": "kd", "params": {}, "seed": 0, "config_id": "c"},
               "teacher": {"path": out, "metrics": {}, "key": "k"}}
