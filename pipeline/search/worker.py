@@ -91,7 +91,7 @@ def require_cuda_on_every_rank(world_size: int, rank: int) -> None:
     Agreed by every rank before any collective of the trial: a rank that stopped alone left the
     others blocked in their first NCCL collective until its timeout (30 minutes, then Train retried
     the trial), and only rank 0 writes the trial's outcome, so a rank k != 0 left nothing recorded.
-    (`tests/unit/search/test_worker_cuda.py`)"""
+    (`tests/unit/search/test_worker.py`)"""
     mine = None
     if not torch.cuda.is_available():
         mine = f"rank {rank} ({ray.util.get_node_ip_address()}) sees no CUDA device with torch {torch.__version__}"

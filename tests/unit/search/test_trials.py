@@ -63,9 +63,3 @@ def test_unpickling_a_trial_and_the_sealed_spec_leaves_the_model_stack_unloaded(
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True).stdout
     assert json.loads(out) == {"key": trial.key, "loaded": []}
 
-
-def test_a_sealed_value_opens_as_the_object_sealed():
-    spec = spec_from_dict(SPEC)
-    sealed = pickle.loads(pickle.dumps(Sealed(spec)))
-    assert sealed.open() == spec and sealed.open() is sealed.open()
-    assert pickle.loads(pickle.dumps(sealed)).open() == spec  # travels on unopened
