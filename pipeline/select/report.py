@@ -306,12 +306,11 @@ def variants_note(table: pd.DataFrame, selection: SelectionConfig) -> str:
     parts = [f"Each model in each runtime, scored on the dev set itself; timed interleaved in one process at each shape "
              f"(p50 [~95% interval]); ★ on the front over (configuration, runtime) at {front}, where a latency difference "
              "inside the intervals never decides. The teacher is shown, never on the front."]
-    summary = stack_summary(table, size_objective=selection.size_objective, max_latency_ms=selection.max_latency_ms,
-                            min_speedup=selection.min_speedup)
+    summary = stack_summary(table, selection)
     if summary is not None:
         parts.append(summary.line())
     if ((table["trial_id"] == TEACHER) & (table["runtime"] == INT8)).any():
-        beaters = dominated_by(table, TEACHER, INT8, size_objective=selection.size_objective)
+        beaters = dominated_by(table, TEACHER, INT8, selection)
         parts.append(f"Students that dominate the teacher in {INT8}: {', '.join(beaters) if beaters else 'none'}.")
     failed = table[table["error"].notna()]
     if len(failed):

@@ -282,6 +282,4 @@ def variant_table_of(outcome: VariantOutcome, selection: SelectionConfig) -> pd.
     spec's objectives and budget."""
     latency = selection.latency
     return variant_rows(outcome.facts, outcome.measurements, front_shape=latency.front_shape, device=latency.device,
-                        threads=outcome.threads,
-                        size_objective=selection.size_objective, max_latency_ms=selection.max_latency_ms,
-                        min_speedup=selection.min_speedup)
+                        threads=outcome.threads, budget=selection)
