@@ -36,24 +36,15 @@ row was never a candidate — the teacher's variants (shown beside the students,
 front), a variant with an `error`, one without a metric or a latency at the front's shape, and,
 when a budget is given, one outside it.
 
-The front (`variant_front`, by `pipeline.select.front`'s rule, the configurations' too): metric ↑,
-latency ↓ at the front's shape, where a latency
-difference inside the intervals never decides (issue #22, item 3). A variant is dominated when
-another is at least as accurate and `faster` (the intervals separate), or equally fast within the
-noise (the intervals overlap) and strictly more accurate; between variants that leaves on the
-front with the same metric (their latencies then overlap pairwise), the smaller file wins.
-`selection.size_objective`: the size is a third objective instead (`interleaved.dominates(size=True)`).
-
-The budget (the `SelectionConfig` every function here takes: `max_latency_ms`, `min_speedup`) is judged by `pipeline.select.front.within_budget`
-(the configurations' filter too): on the p50 at the front's shape and on the median `speedup` — a variant
-whose interval straddles the budget is judged by its p50 (the best estimate of what it will
-serve at), not by either end of its interval, so the budget does not move with how noisy the
-machine was; a missing figure breaks it. Unlike results.parquet, where the front ignores the
-budget and the champion is picked from the front within it, variants outside the budget are no
-candidates when a budget is given: a variant beaten only by one over the budget is then on the
-front, and the champion (`variant_champion`: `pipeline.select.front.choose_champion` over the
-front, the front's most accurate; ties by `interleaved.rank`: faster where the intervals
-separate, else smaller) is the most accurate variant within the budget.
+The front, the budget and the champion are `pipeline.select.front`'s rules (the configurations'
+too), on the columns `front.VARIANTS` names: latency intervals at the front's shape, where a
+difference inside them never decides, and `size_bytes` (a tie-break, or with
+`selection.size_objective` a third objective); the budget on the p50 (the best estimate of what
+it serves at, so the budget does not move with the noise) and the median `speedup`.
+Unlike results.parquet, where the front ignores the budget and the champion is picked from the
+front within it, variants outside the budget are no candidates when a budget is given: a variant
+beaten only by one over the budget is then on the front, and the champion (`variant_champion`)
+is the most accurate variant within the budget.
 """
 
 from __future__ import annotations
@@ -67,7 +58,7 @@ from typing import Any
 import pandas as pd
 
 from pipeline.config import SelectionConfig, Shape
-from pipeline.measure.interleaved import Candidate, InterleavedResult, dominates
+from pipeline.measure.interleaved import InterleavedResult, dominates
 from pipeline.measure.job import TEACHER, VariantFacts, runner_name
 from pipeline.measure.runtimes import EAGER, QUANTIZED
 from pipeline.measure.runtimes import label as runtime_label
@@ -220,12 +211,6 @@ def variant_rows(
 # ----------------------------------------------------------------------------------------------
 
 
-def candidate(row: pd.Series) -> Candidate:
-    """A row as the front compares it: metric, latency interval at the front's shape, size in
-    bytes (NaN where unknown), named "<trial_id>/<runtime>"."""
-    return front.candidate(row, VARIANTS, runner_name(str(row["trial_id"]), str(row["runtime"])))
-
-
 def candidates_mask(table: pd.DataFrame, budget: SelectionConfig | None = None) -> pd.Series:
     """The rows that take part in the front: students without an error, with a metric and a
     latency interval at the front's shape (and a size, with `budget.size_objective`), within the
@@ -273,12 +258,12 @@ def dominated_by(table: pd.DataFrame, trial_id: str, runtime: str, budget: Selec
     rows = table[(table["trial_id"] == trial_id) & (table["runtime"] == runtime)]
     if not len(rows):
         return []
-    target = candidate(rows.iloc[0])
-    if math.isnan(target.metric) or math.isnan(target.latency.low) or math.isnan(target.latency.high):
+    target = front.candidates(rows.iloc[:1], VARIANTS)[0]
+    if not front.complete(target, size_objective=False):
         return []
     size_objective = budget is not None and budget.size_objective
     students = table[candidates_mask(table, SelectionConfig(size_objective=size_objective))]
-    return [c.name for c in (candidate(row) for _, row in students.iterrows())
+    return [c.name for c in front.candidates(students, VARIANTS)
             if c.name != target.name and dominates(c, target, size=size_objective, size_breaks_ties=not size_objective)]
 
 
