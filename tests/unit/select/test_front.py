@@ -94,3 +94,45 @@ def test_choose_champion_takes_the_best_mean_within_budget_ties_to_the_faster():
     assert choose_champion(frame, SelectionConfig(min_speedup=2.5))["config"] == "best-but-slow"
     assert choose_champion(frame, SelectionConfig(max_latency_ms=0.5)) is None
     assert choose_champion(frame.iloc[:0], BOTH) is None
+
+
+# ----------------------------------------------------------------------------------------------
+# the selection travels whole
+# ----------------------------------------------------------------------------------------------
+
+BUDGET_FIELDS = {"size_objective", "max_latency_ms", "min_speedup"}
+# the rule over `Candidate`s itself, whose one switch is whether size is an objective
+CANDIDATE_RULES = {"SelectionConfig", "front_mask", "complete"}
+
+
+def unpacked_budgets(source: str, where: str) -> list[str]:
+    """Calls that pass a budget field as a keyword to anything but `SelectionConfig` itself (or
+    the rule over candidates, `CANDIDATE_RULES`): the objectives and limits go from the spec to the
+    front, the champion and the registry as one `SelectionConfig`, so no call site picks some of
+    them and forgets another."""
+    import ast
+
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call) and (names := sorted(k.arg for k in node.keywords if k.arg in BUDGET_FIELDS)):
+            callee = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "?")
+            if callee not in CANDIDATE_RULES:
+                found.append(f"{where}:{node.lineno} {callee}({', '.join(names)})")
+    return found
+
+
+def test_no_call_in_pipeline_unpacks_the_budget():
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[3]
+    found = [hit for path in sorted((root / "pipeline").rglob("*.py"))
+             for hit in unpacked_budgets(path.read_text(), str(path.relative_to(root)))]
+    assert found == []
+
+
+def test_an_unpacked_budget_is_found():
+    source = ("variant_front(t, size_objective=s.size_objective, max_latency_ms=s.max_latency_ms)\n"
+              "variants.stack_summary(t, min_speedup=2.0)\nSelectionConfig(max_latency_ms=3.0)\nvariant_front(t, s)\n"
+              "front_mask(cands, size_objective=True)\n")
+    assert unpacked_budgets(source, "x.py") == ["x.py:1 variant_front(max_latency_ms, size_objective)",
+                                                "x.py:2 stack_summary(min_speedup)"]
