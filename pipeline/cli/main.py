@@ -125,7 +125,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         from pipeline.sweep import run_sweep
 
         frame = run_sweep(pin_revisions(spec), args.workdir, resume=args.resume, address=args.address, log=logs.log_line)
-    from pipeline.select.report import pareto_table_text
+    from pipeline.cli.tables import pareto_table_text
 
     print(summary_table(frame))
     print(pareto_table_text(frame, spec.selection))

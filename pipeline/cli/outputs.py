@@ -113,7 +113,8 @@ def champion_of(uri: str, name: str) -> str | None:
 
 def cmd_report(args: argparse.Namespace) -> int:
     from pipeline import results as results_table
-    from pipeline.select.report import current_run_dir, pareto_table_text, rebuild_report, saved_spec
+    from pipeline.cli.tables import pareto_table_text
+    from pipeline.select.report import current_run_dir, rebuild_report, saved_spec
 
     files = rebuild_report(args.sweep_dir)
     spec = saved_spec(args.sweep_dir)
@@ -126,7 +127,8 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_registry(args: argparse.Namespace) -> int:
-    from pipeline.select.registry import client_for, registry_table_text, require_model
+    from pipeline.cli.tables import registry_table_text
+    from pipeline.select.registry import client_for, require_model
 
     uri = resolve_uri(args.tracking_uri)
     client = client_for(uri)

@@ -1,13 +1,25 @@
-"""Tables the `drydock` command prints."""
+"""Tables the `drydock` command prints: the trials at the end of a sweep, the Pareto members
+(`drydock report`, `make demo`), a registered model's versions (`drydock registry list`)."""
 
 from __future__ import annotations
 
+import math
 from io import StringIO
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 from rich.console import Console
 from rich.table import Table
+
+from pipeline.select.champion import tag_number
+from pipeline.select.pareto import config_key, row_params, select
+from pipeline.select.registry import DEVICE_TAG, EAGER_RUNTIME, RUNTIME_TAG, versions
+from pipeline.select.report import fmt_latency, fmt_mean_std, fmt_params, fmt_speedup, metric_name_of
+
+if TYPE_CHECKING:
+    from mlflow import MlflowClient
+
+    from pipeline.config import SelectionConfig
 
 SUMMARY_COLUMNS = ("trial_id", "status", "metric", "retention", "num_params_encoder", "train_seconds")
 
@@ -29,3 +41,80 @@ def _cell(value: Any, digits: int = 4) -> str:
     if pd.isna(value):  # None, NaN and pandas' NA (a missing integer) alike
         return "-"
     return f"{value:.{digits}f}" if isinstance(value, float) else str(value)
+
+
+def pareto_table_text(frame: pd.DataFrame, selection: SelectionConfig | None = None) -> str:
+    """The Pareto members as a terminal table (rich; plain text when piped) — what `make demo`
+    prints last. Without `selection`, the members are the rows the select stage marked in the
+    `pareto` column (so a spec's size objective is honoured) and no champion is shown; with it,
+    selection is recomputed under that spec's rules and the champion is marked."""
+    from pipeline.config import SelectionConfig
+
+    chosen = select(frame, selection or SelectionConfig())
+    front = chosen.front
+    if selection is None and len(frame) and frame["pareto"].notna().any():
+        marked = frame[frame["pareto"].fillna(False).astype(bool)]
+        keys = {config_key(str(r["method"]), row_params(r)) for _, r in marked.iterrows()}
+        front = chosen.configs[chosen.configs["config_key"].isin(keys)].sort_values("latency_ms", kind="stable")
+    metric_name = metric_name_of(frame)
+    out = StringIO()
+    console = Console(file=out, width=140)
+    if not len(front):
+        console.print("Pareto front: empty (no finished trial with a measured latency)")
+        return out.getvalue()
+    table = Table(title=f"Pareto front ({metric_name} ↑, latency ↓)")
+    for column in ["configuration", f"{metric_name} (mean ± std)", "latency ms (p50 / p90)", "speedup", "params", "best seed"]:
+        table.add_column(column, justify="left" if column in ("configuration", "best seed") else "right")
+    for _, c in front.iterrows():
+        mark = " ◆" if selection is not None and c.get("champion") else ""
+        table.add_row(c["config"] + mark, fmt_mean_std(c["metric_mean"], c["metric_std"], int(c["n"])),
+                      fmt_latency(c["latency_ms"], c["latency_p90_ms"]), fmt_speedup(c["speedup"]),
+                      fmt_params(c["num_params"]), c["best_trial_id"])
+    console.print(table)
+    if selection is not None and chosen.champion is not None:
+        console.print(f"◆ champion: {chosen.champion['config']}")
+    return out.getvalue()
+
+
+def registry_table_text(client: MlflowClient, name: str) -> str:
+    """`drydock registry list NAME`: versions with their figures, and where the aliases point."""
+    model = client.get_registered_model(name)
+    aliases: dict[str, list[str]] = {}
+    for alias, version in (model.aliases or {}).items():
+        aliases.setdefault(str(version), []).append(alias)
+    table = Table(title=f"{name}: {', '.join(f'{a} → v{v}' for a, v in sorted((model.aliases or {}).items())) or 'no aliases'}")
+    for column in ["version", "aliases", "configuration", "runtime", "metric (mean ± std, n)", "latency ms", "speedup", "params",
+                   "measured on (device, batch × sequence length)", "trial"]:
+        table.add_column(column, justify="right" if column in ("version", "latency ms", "speedup", "params") else "left")
+    for v in versions(client, name):
+        t = v.tags
+        metric = (f"{t.get('metric_name', '?')} {tag_number(t.get('metric')):.4f}"
+                  + (f" ± {tag_number(t.get('metric_std')):.4f}" if not math.isnan(tag_number(t.get("metric_std"))) else "")
+                  + (f" (n={t.get('metric_n', '?')})" if "metric_n" in t else " (this export)")) if "metric" in t else "–"
+        table.add_row(str(v.version), ", ".join(aliases.get(str(v.version), [])), t.get("config", "–"),
+                      t.get(RUNTIME_TAG, EAGER_RUNTIME), metric,
+                      _fixed(t.get("latency_ms"), 2), _fixed(t.get("speedup"), 2, "×"), _params(t.get("num_params")),
+                      _measured_on(t), t.get("trial_id", "–"))
+    out = StringIO()
+    Console(file=out, width=200).print(table)
+    return out.getvalue()
+
+
+def _measured_on(tags: dict[str, str]) -> str:
+    """`Test CPU (cpu, 4 threads, torch 2.x), batch 8 × 32`: a latency means little without its shape."""
+    parts = [tags["latency_device"]] if tags.get("latency_device") else []
+    if not parts and tags.get(DEVICE_TAG):  # a runtime variant: timed interleaved, in its runtime
+        parts.append(f"{tags[DEVICE_TAG]}, {tags.get('latency_threads', '?')} threads")
+    if tags.get("latency_batch_size") or tags.get("latency_seq_length"):
+        parts.append(f"batch {tags.get('latency_batch_size', '?')} × {tags.get('latency_seq_length', '?')}")
+    return ", ".join(parts) or "–"
+
+
+def _params(text: str | None) -> str:
+    value = tag_number(text)
+    return "–" if math.isnan(value) else fmt_params(value)
+
+
+def _fixed(text: str | None, digits: int, suffix: str = "") -> str:
+    value = tag_number(text)
+    return "–" if math.isnan(value) else f"{value:.{digits}f}{suffix}"

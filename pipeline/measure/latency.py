@@ -65,7 +65,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
@@ -75,6 +75,9 @@ from pipeline.errors import DrydockError
 from pipeline.measure.interleaved import InterleaveSettings, measure_interleaved
 from pipeline.storage import WorkStore
 from pipeline.workdir import LATENCY_FILE, atomic_write
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 TEACHER = "teacher"  # the key of the teacher's timing in logs and errors
 # the resource Ray gives a node whose accelerator it recognises, one per node (docs/stack-facts.md,
@@ -686,3 +689,28 @@ def fill_latency(frame, students: Mapping[str, Measurement], teachers: Mapping[s
     else:  # a table written before the column existed: in its place, after speedup
         frame.insert(frame.columns.get_loc("speedup") + 1, "latency_device", device)
     return frame
+
+
+def student_targets(frame: pd.DataFrame, workdir: Path, store: WorkStore | None = None) -> dict[str, Path]:
+    """trial_id → export folder on this node, for finished trials whose folder exists (relative
+    paths are taken from the work directory; a URI of the work location is fetched)."""
+    targets: dict[str, Path] = {}
+    finished = frame[(frame["status"] == "finished").fillna(False) & frame["student_path"].notna()]
+    for _, row in finished.iterrows():
+        path = store.localize(str(row["student_path"])) if store is not None else Path(str(row["student_path"]))
+        path = path if path.is_absolute() else workdir / path
+        if (path / "config.json").is_file():
+            targets[str(row["trial_id"])] = path
+    return targets
+
+
+def card_latency(frame: pd.DataFrame, students: dict[str, Path], measured: dict[str, Measurement]) -> None:
+    """Each timed export's model card gets its latency. The registry logs the card from this
+    folder; with a work location's URI, the card in the store keeps "not measured" (the report
+    and the version's tags have the figures)."""
+    from pipeline.prepare.model_card import write_card
+
+    speedups = dict(zip(frame["trial_id"].astype(str), frame["speedup"]))
+    for trial_id, measurement in measured.items():
+        if trial_id in students:
+            write_card(students[trial_id], measurement, speedup=speedups.get(trial_id))

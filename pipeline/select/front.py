@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pandas as pd
@@ -51,8 +51,10 @@ class Columns:
 
 
 # a configuration of results.parquet (`pipeline.select.pareto.aggregate`): seed means; the budget on
-# the served seed's own figures (its front, with the size objective: `pipeline.select.pareto.pareto_mask`)
+# the served seed's own figures
 CONFIGS = Columns("metric_mean", "latency_ms", "latency_ms", None, "best_latency_ms", "best_speedup")
+# with `selection.size_objective`: the configurations' mean parameter count is the third objective
+SIZED_CONFIGS = replace(CONFIGS, size="num_params")
 # a (configuration, runtime) row of variants.parquet: intervals at the front's shape, file sizes
 # (named "<trial_id>/<runtime>", as `pipeline.measure.job.runner_name` names them)
 VARIANTS = Columns("metric", "latency_low_ms", "latency_high_ms", "size_bytes", "latency_ms", "speedup", ("trial_id", "runtime"))

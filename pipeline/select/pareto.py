@@ -19,10 +19,9 @@ single trial:
   never timed. A configuration's `latency_ms`, `latency_p90_ms` and `speedup` are means over
   its *timed* seeds (`latency_n` of its `n`): by default the served export's own figures, so the
   front places each configuration at the speed of the model a consumer would load.
-- `pareto_mask` / `select` — the Pareto front on (mean metric ↑, latency ↓) [, num_params ↓].
-  A configuration is on the front unless another is at least as good on every objective and
-  strictly better on one; exact ties are therefore all kept. A configuration without a latency
-  (no seed timed, or timing failed) is not a candidate.
+- `select` — the Pareto front on (mean metric ↑, latency ↓) [, num_params ↓]
+  (`pipeline.select.front.front_mask`: a latency here is a point, so this is plain Pareto
+  dominance and exact ties all stay). A configuration without a latency is not a candidate.
 - results.parquet's `pareto` column: True on every finished seed row of a Pareto
   configuration (timed or not: the mark belongs to the configuration), False on the other
   candidate configurations' rows, and **null where a row was not a candidate** (failed or
@@ -50,9 +49,9 @@ import pandas as pd
 from scipy import stats
 
 from pipeline.config import SelectionConfig
-from pipeline.measure.interleaved import Candidate, Interval
 from pipeline.results import flatten
-from pipeline.select.front import CONFIGS, choose_champion, front_mask
+from pipeline.select.front import CONFIGS, SIZED_CONFIGS, choose_champion, front_mask
+from pipeline.select.front import candidates as front_candidates
 
 PARAM_PREFIX = "params."
 
@@ -237,30 +236,6 @@ def _mean(group: pd.DataFrame, column: str) -> float:
 # ----------------------------------------------------------------------------------------------
 
 
-def pareto_mask(values: np.ndarray, maximize: list[bool]) -> np.ndarray:
-    """True for the rows of `values` [n, 2 or 3] on the front (`pipeline.select.front.front_mask`)
-    of (metric ↑, latency ↓[, size ↓]) — the objectives `objectives` lists, in its order; a row
-    with a NaN is never on it. A configuration's latency is a point, where the front's rule is
-    plain Pareto dominance, and it has no size without the size objective: exact ties all stay."""
-    values = np.asarray(values, dtype=np.float64)
-    if values.ndim != 2 or values.shape[1] != len(maximize):
-        raise ValueError(f"values of shape {values.shape} do not match {len(maximize)} objectives")
-    if list(maximize) not in ([True, False], [True, False, False]):
-        raise ValueError(f"objectives {maximize}: expected (metric ↑, latency ↓[, size ↓])")
-    sized = len(maximize) == 3
-    cands = [Candidate(f"{i:09d}", float(v[0]), Interval(float(v[1]), float(v[1])), float(v[2]) if sized else 0.0)
-             for i, v in enumerate(values)]
-    return np.array(front_mask(cands, size_objective=sized), dtype=bool)
-
-
-def objectives(selection: SelectionConfig) -> list[tuple[str, bool]]:
-    """(column of the aggregate, maximise?)."""
-    out = [("metric_mean", True), ("latency_ms", False)]
-    if selection.size_objective:
-        out.append(("num_params", False))
-    return out
-
-
 @dataclass
 class Selection:
     frame: pd.DataFrame  # the results table with `pareto` filled
@@ -276,9 +251,9 @@ class Selection:
 def select(frame: pd.DataFrame, selection: SelectionConfig, bootstrap_seed: int = 0) -> Selection:
     """Aggregate, mark the front on configurations and on trial rows, pick the champion."""
     configs = aggregate(frame)
-    wanted = objectives(selection)
-    configs["pareto"] = pareto_mask(configs[[c for c, _ in wanted]].to_numpy(dtype=np.float64), [m for _, m in wanted]) if len(configs) else []
-    configs["pareto"] = configs["pareto"].astype(bool)
+    sized = selection.size_objective
+    marks = front_mask(front_candidates(configs, SIZED_CONFIGS if sized else CONFIGS), size_objective=sized)
+    configs["pareto"] = pd.Series(marks, index=configs.index, dtype=bool)
     champion = choose_champion(configs[configs["pareto"]], selection, CONFIGS)  # only the front is registered
     configs["champion"] = configs["config_key"] == (champion["config_key"] if champion is not None else None)
     return Selection(
@@ -323,13 +298,19 @@ def bootstrap_mean_ci(differences: np.ndarray, seed: int = 0, n_resamples: int =
     return mean, min(low, mean), max(high, mean)  # rounding can leave a constant's ends a hair off
 
 
+def best_per_method(configs: pd.DataFrame) -> pd.DataFrame:
+    """Each method's best configuration: the highest seed mean, ties to the faster."""
+    if not len(configs):
+        return configs
+    return configs.sort_values(["metric_mean", "latency_ms"], ascending=[False, True], kind="stable").drop_duplicates("method")
+
+
 def paired_comparisons(frame: pd.DataFrame, configs: pd.DataFrame, seed: int = 0, n_resamples: int = 9999) -> pd.DataFrame:
     """Every pair of methods, each by its best configuration (highest seed mean), better first."""
     columns = ["method_a", "config_a", "method_b", "config_b", "n_pairs", "seeds", "mean_diff", "ci_low", "ci_high"]
     if not len(configs):
         return pd.DataFrame(columns=columns)
-    best = (configs.sort_values(["metric_mean", "latency_ms"], ascending=[False, True], kind="stable")
-            .drop_duplicates("method").reset_index(drop=True))
+    best = best_per_method(configs).reset_index(drop=True)
     rows = frame[candidates(frame)]
     keys = pd.Series([config_key(str(r["method"]), row_params(r)) for _, r in rows.iterrows()], index=rows.index, dtype=object)
     by_seed = {

@@ -349,57 +349,6 @@ def require_model(client: MlflowClient, name: str, uri: str) -> None:
         raise DrydockError(f"registered model {name!r} not found at {uri}")
 
 
-def registry_table_text(client: MlflowClient, name: str) -> str:
-    """`drydock registry list NAME`: versions with their figures, and where the aliases point."""
-    from io import StringIO
-
-    from rich.console import Console
-    from rich.table import Table
-
-    model = client.get_registered_model(name)
-    aliases: dict[str, list[str]] = {}
-    for alias, version in (model.aliases or {}).items():
-        aliases.setdefault(str(version), []).append(alias)
-    table = Table(title=f"{name}: {', '.join(f'{a} → v{v}' for a, v in sorted((model.aliases or {}).items())) or 'no aliases'}")
-    for column in ["version", "aliases", "configuration", "runtime", "metric (mean ± std, n)", "latency ms", "speedup", "params",
-                   "measured on (device, batch × sequence length)", "trial"]:
-        table.add_column(column, justify="right" if column in ("version", "latency ms", "speedup", "params") else "left")
-    for v in versions(client, name):
-        t = v.tags
-        metric = (f"{t.get('metric_name', '?')} {tag_number(t.get('metric')):.4f}"
-                  + (f" ± {tag_number(t.get('metric_std')):.4f}" if not math.isnan(tag_number(t.get("metric_std"))) else "")
-                  + (f" (n={t.get('metric_n', '?')})" if "metric_n" in t else " (this export)")) if "metric" in t else "–"
-        table.add_row(str(v.version), ", ".join(aliases.get(str(v.version), [])), t.get("config", "–"),
-                      t.get(RUNTIME_TAG, EAGER_RUNTIME), metric,
-                      _fixed(t.get("latency_ms"), 2), _fixed(t.get("speedup"), 2, "×"), _params(t.get("num_params")),
-                      _measured_on(t), t.get("trial_id", "–"))
-    out = StringIO()
-    Console(file=out, width=200).print(table)
-    return out.getvalue()
-
-
-def _measured_on(tags: dict[str, str]) -> str:
-    """`Test CPU (cpu, 4 threads, torch 2.x), batch 8 × 32`: a latency means little without its shape."""
-    parts = [tags["latency_device"]] if tags.get("latency_device") else []
-    if not parts and tags.get(DEVICE_TAG):  # a runtime variant: timed interleaved, in its runtime
-        parts.append(f"{tags[DEVICE_TAG]}, {tags.get('latency_threads', '?')} threads")
-    if tags.get("latency_batch_size") or tags.get("latency_seq_length"):
-        parts.append(f"batch {tags.get('latency_batch_size', '?')} × {tags.get('latency_seq_length', '?')}")
-    return ", ".join(parts) or "–"
-
-
-def _params(text: str | None) -> str:
-    from pipeline.select.report import fmt_params
-
-    value = tag_number(text)
-    return "–" if math.isnan(value) else fmt_params(value)
-
-
-def _fixed(text: str | None, digits: int, suffix: str = "") -> str:
-    value = tag_number(text)
-    return "–" if math.isnan(value) else f"{value:.{digits}f}{suffix}"
-
-
 # ----------------------------------------------------------------------------------------------
 # the select stage's part: every Pareto member, then the alias
 # ----------------------------------------------------------------------------------------------

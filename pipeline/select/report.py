@@ -27,7 +27,6 @@ import json
 import math
 import shutil
 from dataclasses import dataclass
-from io import StringIO
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +39,7 @@ from pipeline.measure.job import TEACHER
 from pipeline.measure.latency import LatencyRecord, Measurement, load_record
 from pipeline.measure.runtimes import EAGER
 from pipeline.select.champion import champion_rule
-from pipeline.select.pareto import Selection, config_key, row_params, select
+from pipeline.select.pareto import Selection, best_per_method, select
 from pipeline.select.variants import (
     INT8,
     dominated_by,
@@ -196,14 +195,7 @@ def comparison_table(chosen: Selection) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def best_per_method(chosen: Selection) -> pd.DataFrame:
-    if not len(chosen.configs):
-        return chosen.configs
-    return (chosen.configs.sort_values(["metric_mean", "latency_ms"], ascending=[False, True], kind="stable")
-            .drop_duplicates("method"))
-
-
-def _metric_name(frame: pd.DataFrame) -> str:
+def metric_name_of(frame: pd.DataFrame) -> str:
     if not len(frame):
         return "metric"
     names = frame["metric_name"].dropna().astype(str).unique()
@@ -223,7 +215,7 @@ def _teacher_metric(frame: pd.DataFrame) -> float | None:
 
 
 def teacher_line(frame: pd.DataFrame, ctx: ReportContext) -> str:
-    metric_name = _metric_name(frame)
+    metric_name = metric_name_of(frame)
     teacher_metric = _teacher_metric(frame)
     parts = [f"**Teacher** {ctx.teacher_name or DASH}:", f"{metric_name} {fmt(teacher_metric)}"]
     t = ctx.teacher
@@ -280,7 +272,7 @@ def variants_table(table: pd.DataFrame) -> pd.DataFrame:
     """Display strings for variants.parquet: each model in each runtime, its own metric and the
     change from the same model in eager fp32, its size, and at each shape the p50 with its ~95%
     interval and the speedups over the teacher in eager fp32 and in the same runtime."""
-    metric_name = _metric_name(table)
+    metric_name = metric_name_of(table)
     fp32 = {str(r["trial_id"]): r["metric"] for _, r in table[table["runtime"] == EAGER].iterrows()}
     rows = []
     for _, r in table.iterrows():
@@ -306,12 +298,11 @@ def variants_note(table: pd.DataFrame, selection: SelectionConfig) -> str:
     parts = [f"Each model in each runtime, scored on the dev set itself; timed interleaved in one process at each shape "
              f"(p50 [~95% interval]); ★ on the front over (configuration, runtime) at {front}, where a latency difference "
              "inside the intervals never decides. The teacher is shown, never on the front."]
-    summary = stack_summary(table, size_objective=selection.size_objective, max_latency_ms=selection.max_latency_ms,
-                            min_speedup=selection.min_speedup)
+    summary = stack_summary(table, selection)
     if summary is not None:
         parts.append(summary.line())
     if ((table["trial_id"] == TEACHER) & (table["runtime"] == INT8)).any():
-        beaters = dominated_by(table, TEACHER, INT8, size_objective=selection.size_objective)
+        beaters = dominated_by(table, TEACHER, INT8, selection)
         parts.append(f"Students that dominate the teacher in {INT8}: {', '.join(beaters) if beaters else 'none'}.")
     failed = table[table["error"].notna()]
     if len(failed):
@@ -389,7 +380,7 @@ def pareto_plot(chosen: Selection, frame: pd.DataFrame, ctx: ReportContext, path
 
 def _eager_panel(ax: Any, chosen: Selection, frame: pd.DataFrame, ctx: ReportContext, alone: bool = True) -> None:
     """Metric vs latency: every configuration with its seed spread, the front, the teacher."""
-    metric_name = _metric_name(frame)
+    metric_name = metric_name_of(frame)
     measured = chosen.configs[chosen.configs["latency_ms"].notna()] if len(chosen.configs) else chosen.configs
     colors = {m: f"C{i % 10}" for i, m in enumerate(dict.fromkeys(chosen.configs["method"]))} if len(chosen.configs) else {}
     for method, group in measured.groupby("method", sort=False):
@@ -461,7 +452,7 @@ def _runtimes_panel(ax: Any, table: pd.DataFrame, frame: pd.DataFrame, ctx: Repo
                        *([f"{int(threads.iloc[0])} threads"] if len(threads) else [])])
     shape = str(front_shape.iloc[0]) if len(front_shape) else ctx.selection.latency.front_shape.label
     ax.set_xlabel(f"latency, ms (p50 with its ~95% interval; {shape}, interleaved, {where})")
-    ax.set_title(f"{_metric_name(frame)} vs latency by runtime (every student timed)")
+    ax.set_title(f"{metric_name_of(frame)} vs latency by runtime (every student timed)")
     ax.grid(True, alpha=0.3)
     if ax.get_legend_handles_labels()[0]:
         ax.legend(loc="best", fontsize="small")
@@ -476,7 +467,7 @@ def write_report(sweep_dir: Path, frame: pd.DataFrame, ctx: ReportContext, chose
     """Write report.md, report.html, pareto.png and pareto.csv into `sweep_dir`: the run's own
     folder when there is one (`publish_latest` copies them to the sweep's top level)."""
     chosen = chosen or select(frame, ctx.selection)
-    metric_name = _metric_name(frame)
+    metric_name = metric_name_of(frame)
     sweep_dir.mkdir(parents=True, exist_ok=True)
     files = ReportFiles(sweep_dir / REPORT_MD, sweep_dir / REPORT_HTML, sweep_dir / PARETO_PNG, sweep_dir / PARETO_CSV)
     pareto_plot(chosen, frame, ctx, files.plot)
@@ -484,7 +475,7 @@ def write_report(sweep_dir: Path, frame: pd.DataFrame, ctx: ReportContext, chose
 
     ordered = chosen.configs.sort_values(["method", "metric_mean"], ascending=[True, False], kind="stable") if len(chosen.configs) else chosen.configs
     sections: list[tuple[str, pd.DataFrame | None, str]] = [
-        ("Methods (best configuration of each)", config_table(best_per_method(chosen), metric_name, marks=False), ""),
+        ("Methods (best configuration of each)", config_table(best_per_method(chosen.configs), metric_name, marks=False), ""),
         ("Pareto front", front_table(chosen, metric_name), f"On ({metric_name} ↑, latency ↓"
          + (", params ↓" if ctx.selection.size_objective else "") + ") over seed means (a latency: over the seeds timed, by default "
          "only the registered one); the registry gets each member's best seed, "
@@ -596,37 +587,3 @@ def _teacher_from_students(frame: pd.DataFrame) -> str | None:
             if teacher:
                 return str(teacher)
     return None
-
-
-def pareto_table_text(frame: pd.DataFrame, selection: SelectionConfig | None = None) -> str:
-    """The Pareto members as a terminal table (rich; plain text when piped) — what `make demo`
-    prints last. Without `selection`, the members are the rows the select stage marked in the
-    `pareto` column (so a spec's size objective is honoured) and no champion is shown; with it,
-    selection is recomputed under that spec's rules and the champion is marked."""
-    from rich.console import Console
-    from rich.table import Table
-
-    chosen = select(frame, selection or SelectionConfig())
-    front = chosen.front
-    if selection is None and len(frame) and frame["pareto"].notna().any():
-        marked = frame[frame["pareto"].fillna(False).astype(bool)]
-        keys = {config_key(str(r["method"]), row_params(r)) for _, r in marked.iterrows()}
-        front = chosen.configs[chosen.configs["config_key"].isin(keys)].sort_values("latency_ms", kind="stable")
-    metric_name = _metric_name(frame)
-    out = StringIO()
-    console = Console(file=out, width=140)
-    if not len(front):
-        console.print("Pareto front: empty (no finished trial with a measured latency)")
-        return out.getvalue()
-    table = Table(title=f"Pareto front ({metric_name} ↑, latency ↓)")
-    for column in ["configuration", f"{metric_name} (mean ± std)", "latency ms (p50 / p90)", "speedup", "params", "best seed"]:
-        table.add_column(column, justify="left" if column in ("configuration", "best seed") else "right")
-    for _, c in front.iterrows():
-        mark = " ◆" if selection is not None and c.get("champion") else ""
-        table.add_row(c["config"] + mark, fmt_mean_std(c["metric_mean"], c["metric_std"], int(c["n"])),
-                      fmt_latency(c["latency_ms"], c["latency_p90_ms"]), fmt_speedup(c["speedup"]),
-                      fmt_params(c["num_params"]), c["best_trial_id"])
-    console.print(table)
-    if selection is not None and chosen.champion is not None:
-        console.print(f"◆ champion: {chosen.champion['config']}")
-    return out.getvalue()

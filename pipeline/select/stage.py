@@ -45,8 +45,17 @@ import pandas as pd
 from pipeline import results as results_table
 from pipeline.config import SelectionConfig, SweepSpec
 from pipeline.measure.job import DevRows, Log, VariantOutcome, failure, run_variant_job, variant_job, variants_wanted
-from pipeline.measure.latency import LatencyRecord, Measurement, Timings, fill_latency, measure_all, on_one_node, save_record
-from pipeline.prepare.model_card import write_card
+from pipeline.measure.latency import (
+    LatencyRecord,
+    Measurement,
+    Timings,
+    card_latency,
+    fill_latency,
+    measure_all,
+    on_one_node,
+    save_record,
+    student_targets,
+)
 from pipeline.prepare.tasks import task_spec
 from pipeline.select.dev_set import DEV_SPLIT, DevSet, dev_set_of
 from pipeline.select.evaluate import evaluate, labelled_split
@@ -57,19 +66,6 @@ from pipeline.select.variant_registry import VariantFront
 from pipeline.select.variants import variant_rows, variants_path, write_variants
 from pipeline.storage import WorkStore
 from pipeline.tracking import SweepTracker
-
-
-def student_targets(frame: pd.DataFrame, workdir: Path, store: WorkStore | None = None) -> dict[str, Path]:
-    """trial_id → export folder on this node, for finished trials whose folder exists (relative
-    paths are taken from the work directory; a URI of the work location is fetched)."""
-    targets: dict[str, Path] = {}
-    finished = frame[(frame["status"] == "finished").fillna(False) & frame["student_path"].notna()]
-    for _, row in finished.iterrows():
-        path = store.localize(str(row["student_path"])) if store is not None else Path(str(row["student_path"]))
-        path = path if path.is_absolute() else workdir / path
-        if (path / "config.json").is_file():
-            targets[str(row["trial_id"])] = path
-    return targets
 
 
 def log_trial_latency(tracker: SweepTracker, frame: pd.DataFrame, students: dict[str, Measurement],
@@ -103,16 +99,6 @@ def log_trial_latency(tracker: SweepTracker, frame: pd.DataFrame, students: dict
             tags["drydock.pareto"] = str(bool(row["pareto"])).lower()
         if tags:
             tracker.set_tags(str(run_id), tags)
-
-
-def card_latency(frame: pd.DataFrame, students: dict[str, Path], measured: dict[str, Measurement]) -> None:
-    """Each timed export's model card gets its latency. The registry logs the card from this
-    folder; with a work location's URI, the card in the store keeps "not measured" (the report
-    and the version's tags have the figures)."""
-    speedups = dict(zip(frame["trial_id"].astype(str), frame["speedup"]))
-    for trial_id, measurement in measured.items():
-        if trial_id in students:
-            write_card(students[trial_id], measurement, speedup=speedups.get(trial_id))
 
 
 def judging(spec: SweepSpec, tracking_uri: str, log: Callable[[str], None]) -> tuple[DevSet | None, Rescore | None]:
@@ -282,6 +268,4 @@ def variant_table_of(outcome: VariantOutcome, selection: SelectionConfig) -> pd.
     spec's objectives and budget."""
     latency = selection.latency
     return variant_rows(outcome.facts, outcome.measurements, front_shape=latency.front_shape, device=latency.device,
-                        threads=outcome.threads,
-                        size_objective=selection.size_objective, max_latency_ms=selection.max_latency_ms,
-                        min_speedup=selection.min_speedup)
+                        threads=outcome.threads, budget=selection)

@@ -111,9 +111,7 @@ def served_front(variants: pd.DataFrame, configs: pd.DataFrame, budget: Selectio
     their front marked again among themselves under `budget`."""
     served = set(configs["best_trial_id"].astype(str))
     rows = variants[variants["trial_id"].astype(str).isin(served)]
-    budget = budget or SelectionConfig()
-    return variant_front(rows, size_objective=budget.size_objective, max_latency_ms=budget.max_latency_ms,
-                         min_speedup=budget.min_speedup)
+    return variant_front(rows, budget)
 
 
 def variant_tags(base: dict[str, str], row: pd.Series, fp32_metric: float | None) -> dict[str, str]:
@@ -209,9 +207,7 @@ def register_variant_front(reg: Registration, variants: pd.DataFrame, configs: p
         version = register_variant(reg, by_trial[str(row["trial_id"])], row, variants, outcome)
         if version is not None:
             outcome.variants[runner_name(str(row["trial_id"]), str(row["runtime"]))] = version
-    budget = budget or SelectionConfig()
-    champion = variant_champion(marked, size_objective=budget.size_objective, max_latency_ms=budget.max_latency_ms,
-                                min_speedup=budget.min_speedup)
+    champion = variant_champion(marked, budget)
     if champion is None:
         return None, "no runtime variant of a served export is within the budget"
     key = runner_name(str(champion["trial_id"]), str(champion["runtime"]))

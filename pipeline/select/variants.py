@@ -36,24 +36,15 @@ row was never a candidate — the teacher's variants (shown beside the students,
 front), a variant with an `error`, one without a metric or a latency at the front's shape, and,
 when a budget is given, one outside it.
 
-The front (`variant_front`, by `pipeline.select.front`'s rule, the configurations' too): metric ↑,
-latency ↓ at the front's shape, where a latency
-difference inside the intervals never decides (issue #22, item 3). A variant is dominated when
-another is at least as accurate and `faster` (the intervals separate), or equally fast within the
-noise (the intervals overlap) and strictly more accurate; between variants that leaves on the
-front with the same metric (their latencies then overlap pairwise), the smaller file wins.
-`size_objective`: the size is a third objective instead (`interleaved.dominates(size=True)`).
-
-The budget (`max_latency_ms`, `min_speedup`) is judged by `pipeline.select.front.within_budget`
-(the configurations' filter too): on the p50 at the front's shape and on the median `speedup` — a variant
-whose interval straddles the budget is judged by its p50 (the best estimate of what it will
-serve at), not by either end of its interval, so the budget does not move with how noisy the
-machine was; a missing figure breaks it. Unlike results.parquet, where the front ignores the
-budget and the champion is picked from the front within it, variants outside the budget are no
-candidates when a budget is given: a variant beaten only by one over the budget is then on the
-front, and the champion (`variant_champion`: `pipeline.select.front.choose_champion` over the
-front, the front's most accurate; ties by `interleaved.rank`: faster where the intervals
-separate, else smaller) is the most accurate variant within the budget.
+The front, the budget and the champion are `pipeline.select.front`'s rules (the configurations'
+too), on the columns `front.VARIANTS` names: latency intervals at the front's shape, where a
+difference inside them never decides, and `size_bytes` (a tie-break, or with
+`selection.size_objective` a third objective); the budget on the p50 (the best estimate of what
+it serves at, so the budget does not move with the noise) and the median `speedup`.
+Unlike results.parquet, where the front ignores the budget and the champion is picked from the
+front within it, variants outside the budget are no candidates when a budget is given: a variant
+beaten only by one over the budget is then on the front, and the champion (`variant_champion`)
+is the most accurate variant within the budget.
 """
 
 from __future__ import annotations
@@ -67,7 +58,7 @@ from typing import Any
 import pandas as pd
 
 from pipeline.config import SelectionConfig, Shape
-from pipeline.measure.interleaved import Candidate, InterleavedResult, dominates
+from pipeline.measure.interleaved import InterleavedResult, dominates
 from pipeline.measure.job import TEACHER, VariantFacts, runner_name
 from pipeline.measure.runtimes import EAGER, QUANTIZED
 from pipeline.measure.runtimes import label as runtime_label
@@ -190,12 +181,10 @@ def variant_rows(
     front_shape: Shape | str,
     device: str,
     threads: int | None,
-    size_objective: bool = False,
-    max_latency_ms: float | None = None,
-    min_speedup: float | None = None,
+    budget: SelectionConfig | None = None,
 ) -> pd.DataFrame:
     """The variants table (the module docstring lists its columns), `pareto` marked by
-    `variant_front` with the objectives and budget given.
+    `variant_front` under `budget` (the spec's `selection`: its objectives and limits).
 
     `facts`: one per variant, the teacher's first by convention (rows keep their order).
     `measurements`: one `InterleavedResult` per shape (key: a `Shape` or its label), expanded to
@@ -214,7 +203,7 @@ def variant_rows(
         seen.add((fact.trial_id, fact.runtime))
     rows = [_row(fact, by_label, front, device, threads) for fact in facts]
     table = typed(pd.DataFrame(rows, columns=columns(list(by_label))))
-    return variant_front(table, size_objective=size_objective, max_latency_ms=max_latency_ms, min_speedup=min_speedup)
+    return variant_front(table, budget)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -222,64 +211,59 @@ def variant_rows(
 # ----------------------------------------------------------------------------------------------
 
 
-def candidate(row: pd.Series) -> Candidate:
-    """A row as the front compares it: metric, latency interval at the front's shape, size in
-    bytes (NaN where unknown), named "<trial_id>/<runtime>"."""
-    return front.candidate(row, VARIANTS, runner_name(str(row["trial_id"]), str(row["runtime"])))
-
-
-def candidates_mask(table: pd.DataFrame, *, size_objective: bool = False, max_latency_ms: float | None = None,
-                    min_speedup: float | None = None) -> pd.Series:
+def candidates_mask(table: pd.DataFrame, budget: SelectionConfig | None = None) -> pd.Series:
     """The rows that take part in the front: students without an error, with a metric and a
-    latency interval at the front's shape (and a size, with `size_objective`), within the budget."""
+    latency interval at the front's shape (and a size, with `budget.size_objective`), within the
+    budget's limits (where it sets any)."""
     if not len(table):
         return pd.Series([], dtype=bool)
-    needed = ["metric", "latency_ms", "latency_low_ms", "latency_high_ms"] + (["size_bytes"] if size_objective else [])
+    budget = budget or SelectionConfig()
+    sized = ["size_bytes"] if budget.size_objective else []
     ok = (table["trial_id"].astype("string") != TEACHER).fillna(False).astype(bool) & table["error"].isna()
-    ok &= table[needed].notna().all(axis=1)
-    if max_latency_ms is not None or min_speedup is not None:
-        ok &= front.within_budget(table, SelectionConfig(max_latency_ms=max_latency_ms, min_speedup=min_speedup), VARIANTS)
+    ok &= table[["metric", "latency_ms", "latency_low_ms", "latency_high_ms", *sized]].notna().all(axis=1)
+    if budget.max_latency_ms is not None or budget.min_speedup is not None:
+        ok &= front.within_budget(table, budget, VARIANTS)
     return ok.astype(bool)
 
 
-def variant_front(table: pd.DataFrame, *, size_objective: bool = False, max_latency_ms: float | None = None,
-                  min_speedup: float | None = None) -> pd.DataFrame:
+def variant_front(table: pd.DataFrame, budget: SelectionConfig | None = None) -> pd.DataFrame:
     """The table with `pareto` marked: True on the front (`pipeline.select.front.front_mask`) of
-    the candidates (`candidates_mask`), False for the other candidates, null for every row that
-    was not one."""
+    the candidates (`candidates_mask`) under `budget`, False for the other candidates, null for
+    every row that was not one."""
     table = table.copy()
-    mask = candidates_mask(table, size_objective=size_objective, max_latency_ms=max_latency_ms, min_speedup=min_speedup)
-    rows = table[mask]
+    rows = table[candidates_mask(table, budget)]
     marks = pd.Series(pd.NA, index=table.index, dtype="boolean")
     if len(rows):
-        marks.loc[rows.index] = front.front_mask(front.candidates(rows, VARIANTS), size_objective=size_objective)
+        sized = budget is not None and budget.size_objective
+        marks.loc[rows.index] = front.front_mask(front.candidates(rows, VARIANTS), size_objective=sized)
     table["pareto"] = marks
     return table
 
 
-def variant_champion(table: pd.DataFrame, *, size_objective: bool = False, max_latency_ms: float | None = None,
-                     min_speedup: float | None = None) -> pd.Series | None:
+def variant_champion(table: pd.DataFrame, budget: SelectionConfig | None = None) -> pd.Series | None:
     """The champion rule (`pipeline.select.front.choose_champion`, the configurations' too) over
-    the variants' front under this budget: its most accurate variant, ties by `rank` (faster where
+    the variants' front under `budget`: its most accurate variant, ties by `rank` (faster where
     the intervals separate, else smaller, then name). None when no variant qualifies."""
-    marked = variant_front(table, size_objective=size_objective, max_latency_ms=max_latency_ms, min_speedup=min_speedup)
+    marked = variant_front(table, budget)
     on_front = marked[marked["pareto"].fillna(False).astype(bool)]
-    return front.choose_champion(on_front, SelectionConfig(max_latency_ms=max_latency_ms, min_speedup=min_speedup), VARIANTS)
+    return front.choose_champion(on_front, budget, VARIANTS)
 
 
-def dominated_by(table: pd.DataFrame, trial_id: str, runtime: str, *, size_objective: bool = False) -> list[str]:
+def dominated_by(table: pd.DataFrame, trial_id: str, runtime: str, budget: SelectionConfig | None = None) -> list[str]:
     """The student variants ("<trial_id>/<runtime>") that dominate this row on the front's rule
-    (`dominates`; without `size_objective`, equally accurate within the noise and smaller counts
-    too): for the report's "which students dominate the teacher's int8 variant". Empty when the
-    row is not there or has no metric or latency; the students are the candidates without a budget."""
+    (`dominates`; without `budget.size_objective`, equally accurate within the noise and smaller
+    counts too): for the report's "which students dominate the teacher's int8 variant". Empty when
+    the row is not there or has no metric or latency; the students are the candidates whatever the
+    budget's limits (only its objectives are read)."""
     rows = table[(table["trial_id"] == trial_id) & (table["runtime"] == runtime)]
     if not len(rows):
         return []
-    target = candidate(rows.iloc[0])
-    if math.isnan(target.metric) or math.isnan(target.latency.low) or math.isnan(target.latency.high):
+    target = front.candidates(rows.iloc[:1], VARIANTS)[0]
+    if not front.complete(target, size_objective=False):
         return []
-    students = table[candidates_mask(table, size_objective=size_objective)]
-    return [c.name for c in (candidate(row) for _, row in students.iterrows())
+    size_objective = budget is not None and budget.size_objective
+    students = table[candidates_mask(table, SelectionConfig(size_objective=size_objective))]
+    return [c.name for c in front.candidates(students, VARIANTS)
             if c.name != target.name and dominates(c, target, size=size_objective, size_breaks_ties=not size_objective)]
 
 
@@ -354,15 +338,14 @@ def _step(table: pd.DataFrame, label: str, trial_id: str, runtime: str, previous
                      _delta(metric, previous.metric) if previous is not None else None)
 
 
-def stack_summary(table: pd.DataFrame, *, size_objective: bool = False, max_latency_ms: float | None = None,
-                  min_speedup: float | None = None, quantized: str = INT8) -> StackSummary | None:
+def stack_summary(table: pd.DataFrame, budget: SelectionConfig | None = None, *, quantized: str = INT8) -> StackSummary | None:
     """How much each stage of the stack bought (issue #22, item 4): teacher fp32 → teacher int8
     → student fp32 → student int8, where the student is the champion's trial (`variant_champion`,
     whichever runtime won) and "int8" is `quantized`. Speedups are the table's (over the teacher
     in eager fp32, at the front's shape); each step's `step_speedup` is its speedup over the
     previous step's (a ratio of two within-round medians: not itself measured within rounds).
     None when there is no champion."""
-    champion = variant_champion(table, size_objective=size_objective, max_latency_ms=max_latency_ms, min_speedup=min_speedup)
+    champion = variant_champion(table, budget)
     if champion is None:
         return None
     student = str(champion["trial_id"])

@@ -604,7 +604,7 @@ def test_the_champion_over_runtimes_is_registered_as_the_runtime_it_was_measured
         "latency_ms": "2.0", "flavor": "onnx-pyfunc", "trial_id": "kd-s0"}
     assert tags["variant_path"] == str(int8.path) and tags["latency_batch_size"] == "32" and "code_sha256" not in tags
     assert client.get_model_version("students", "1").tags["runtime"] == "torch"
-    from pipeline.select.registry import registry_table_text
+    from pipeline.cli.tables import registry_table_text
 
     listed = registry_table_text(client, "students")
     v3 = next(line for line in listed.splitlines() if line.count("│") > 5 and line.split("│")[1].strip() == "3")

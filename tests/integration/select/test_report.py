@@ -12,12 +12,13 @@ import pytest
 from methods.base import TaskInfo
 from pipeline import results as results_table
 from pipeline.cli.outputs import COMMANDS, add_commands
+from pipeline.cli.tables import pareto_table_text
 from pipeline.config import LatencyConfig, SelectionConfig, spec_from_dict, spec_to_dict
 from pipeline.errors import DrydockError
 from pipeline.measure.job import TEACHER
 from pipeline.measure.latency import LatencyRecord, Measurement, save_record
 from pipeline.select.pareto import select
-from pipeline.select.report import ReportContext, pareto_figure, pareto_table_text, rebuild_report, write_report
+from pipeline.select.report import ReportContext, pareto_figure, rebuild_report, write_report
 from pipeline.select.variants import INT8, typed
 from pipeline.training.export import save_student
 from tests.conftest import make_tiny_bert

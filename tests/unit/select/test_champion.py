@@ -1,11 +1,10 @@
-"""The champion policy on plain values: the budget check and its words, the choice among
-configurations, and when the alias moves."""
+"""The champion policy on plain values: the budget check and its words, and when the alias
+moves (the choice among configurations: tests/unit/select/test_front.py)."""
 
 from __future__ import annotations
 
 import math
 
-import pandas as pd
 import pytest
 
 from pipeline.config import SelectionConfig
@@ -21,7 +20,6 @@ from pipeline.select.champion import (
     outside_budget,
     tag_number,
 )
-from pipeline.select.front import choose_champion, within_budget
 
 NAN = math.nan
 BOTH = SelectionConfig(max_latency_ms=5.0, min_speedup=2.0)
@@ -73,35 +71,6 @@ def test_the_budget_in_words():
     assert budget_text(BOTH) == "latency ≤ 5 ms and speedup ≥ 2×"
     assert champion_rule(SelectionConfig()) == "best mean metric on the front (no latency budget)"
     assert champion_rule(BOTH) == "best mean metric on the front whose registered seed is within latency ≤ 5 ms and speedup ≥ 2×"
-
-
-# ----------------------------------------------------------------------------------------------
-# choosing among configurations
-# ----------------------------------------------------------------------------------------------
-
-
-def configs(*rows: tuple[str, float, float, float, float]) -> pd.DataFrame:
-    """(config, metric_mean, latency_ms (mean), best_latency_ms, best_speedup) rows, index from 10."""
-    frame = pd.DataFrame(rows, columns=["config", "metric_mean", "latency_ms", "best_latency_ms", "best_speedup"])
-    frame.index = range(10, 10 + len(frame))
-    return frame
-
-
-def test_within_budget_reads_the_best_seeds_figures():
-    frame = configs(("a", 0.9, 9.0, 4.0, 2.5), ("b", 0.9, 1.0, 5.0, 2.0), ("c", 0.9, 1.0, 5.01, 2.5),
-                    ("d", 0.9, 1.0, NAN, 3.0), ("e", 0.9, 1.0, 3.0, NAN))
-    assert within_budget(frame, BOTH).to_dict() == {10: True, 11: True, 12: False, 13: False, 14: False}
-    assert within_budget(frame, SelectionConfig()).to_dict() == {10: True, 11: True, 12: True, 13: False, 14: True}
-
-
-def test_choose_champion_takes_the_best_mean_within_budget_ties_to_the_faster():
-    frame = configs(("best-but-slow", 0.95, 4.0, 6.0, 3.0), ("tie-slower", 0.90, 4.5, 4.0, 3.0),
-                    ("tie-faster", 0.90, 4.2, 4.9, 2.1), ("worse", 0.80, 1.0, 1.0, 9.0))
-    assert choose_champion(frame, SelectionConfig())["config"] == "best-but-slow"
-    assert choose_champion(frame, BOTH)["config"] == "tie-faster"  # ties go by mean latency, not the best seed's
-    assert choose_champion(frame, SelectionConfig(min_speedup=2.5))["config"] == "best-but-slow"
-    assert choose_champion(frame, SelectionConfig(max_latency_ms=0.5)) is None
-    assert choose_champion(frame.iloc[:0], BOTH) is None
 
 
 # ----------------------------------------------------------------------------------------------

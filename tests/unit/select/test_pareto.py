@@ -11,7 +11,7 @@ import pytest
 from pipeline import results as results_table
 from pipeline.config import SelectionConfig
 from pipeline.select.front import choose_champion
-from pipeline.select.pareto import aggregate, bootstrap_mean_ci, pareto_mask, select
+from pipeline.select.pareto import aggregate, bootstrap_mean_ci, select
 
 
 def trial(method: str, seed: int, metric: float | None, latency: float | None, status: str = "finished", **params):
@@ -54,25 +54,6 @@ def test_aggregate_over_seeds_ignores_failed_and_stopped_trials():
     assert single["n"] == 1 and single["metric_mean"] == pytest.approx(0.70) and math.isnan(single["metric_std"])
     # the params of another method's column are not part of a configuration
     assert single["params"] == {"num_layers": 2} and kd["params"] == {"alpha": 0.5}
-
-
-def test_pareto_mask_keeps_ties_and_drops_dominated_and_unmeasured_points():
-    # (metric ↑, latency ↓)
-    values = np.array([
-        [0.90, 10.0],  # best metric
-        [0.80, 5.0],   # faster, worse: on the front
-        [0.80, 5.0],   # an exact tie with the previous: both stay
-        [0.79, 6.0],   # dominated by the 0.80 / 5.0 points
-        [0.90, 12.0],  # same metric as the first, slower: dominated
-        [0.95, np.nan],  # never measured: not a candidate
-    ])
-    assert pareto_mask(values, [True, False]).tolist() == [True, True, True, False, False, False]
-
-
-def test_size_objective_brings_a_smaller_but_slower_model_onto_the_front():
-    values = np.array([[0.8, 5.0, 1000], [0.8, 6.0, 500]])
-    assert pareto_mask(values[:, :2], [True, False]).tolist() == [True, False]
-    assert pareto_mask(values, [True, False, False]).tolist() == [True, True]
 
 
 def test_select_marks_every_seed_row_of_a_pareto_configuration():

@@ -126,7 +126,7 @@ def test_size_objective_keeps_the_smaller_less_accurate_variant():
     students = {"s1/torch": (0.86, 4.0, 3.5, 4.5), "s1/onnxruntime-int8": (0.85, 3.9, 3.4, 4.4)}
     sizes = {"s1/torch": 1000, "s1/onnxruntime-int8": 300}
     assert marks(table(students, sizes))["s1/onnxruntime-int8"] is False
-    both = marks(table(students, sizes, size_objective=True))
+    both = marks(table(students, sizes, budget=SelectionConfig(size_objective=True)))
     assert both["s1/torch"] is True and both["s1/onnxruntime-int8"] is True
 
 
@@ -166,28 +166,28 @@ BUDGETED = {"fast/onnxruntime-int8": (0.84, 2.0, 1.9, 2.1), "mid/torch": (0.85, 
 
 
 def test_the_budget_judges_the_p50_and_outside_it_is_no_candidate():
-    frame = table(BUDGETED, max_latency_ms=5.0)
-    pd.testing.assert_frame_equal(variant_front(table(BUDGETED), max_latency_ms=5.0), frame)  # re-marked with a budget
+    frame = table(BUDGETED, budget=SelectionConfig(max_latency_ms=5.0))
+    pd.testing.assert_frame_equal(variant_front(table(BUDGETED), SelectionConfig(max_latency_ms=5.0)), frame)  # re-marked with a budget
     # mid's interval straddles 5 ms, its p50 is within: a candidate; slow is over: never considered
     assert marks(frame)["slow/torch"] is None and marks(frame)["mid/torch"] is True and marks(frame)["fast/onnxruntime-int8"] is True
     # speedups over teacher/torch (10 ms): fast 5, mid 2.04, slow 1.67
-    frame = table(BUDGETED, min_speedup=2.5)
+    frame = table(BUDGETED, budget=SelectionConfig(min_speedup=2.5))
     assert marks(frame)["fast/onnxruntime-int8"] is True and marks(frame)["mid/torch"] is None and marks(frame)["slow/torch"] is None
 
 
 def test_a_variant_beaten_only_over_the_budget_returns_to_the_front():
     students = {"a/torch": (0.87, 4.0, 3.5, 4.5), "b/torch": (0.86, 3.6, 3.3, 3.9)}  # overlapping: a dominates b
     assert marks(table(students))["b/torch"] is False
-    assert marks(table(students, max_latency_ms=3.8)) == {"teacher/torch": None, "teacher/onnxruntime-int8": None,
+    assert marks(table(students, budget=SelectionConfig(max_latency_ms=3.8))) == {"teacher/torch": None, "teacher/onnxruntime-int8": None,
                                                           "a/torch": None, "b/torch": True}
 
 
 def test_the_champion_is_the_most_accurate_within_the_budget():
     frame = table(BUDGETED)
     assert variant_champion(frame)["trial_id"] == "slow"
-    assert variant_champion(frame, max_latency_ms=5.0)["trial_id"] == "mid"
-    assert variant_champion(frame, min_speedup=2.5)["trial_id"] == "fast"
-    assert variant_champion(frame, max_latency_ms=1.0) is None
+    assert variant_champion(frame, SelectionConfig(max_latency_ms=5.0))["trial_id"] == "mid"
+    assert variant_champion(frame, SelectionConfig(min_speedup=2.5))["trial_id"] == "fast"
+    assert variant_champion(frame, SelectionConfig(max_latency_ms=1.0)) is None
     # a tie on the metric: the faster beyond the intervals
     tied = table({"x/torch": (0.86, 4.0, 3.9, 4.1), "y/onnxruntime-int8": (0.86, 2.0, 1.9, 2.1)})
     assert variant_champion(tied)["trial_id"] == "y"
@@ -226,13 +226,13 @@ def test_stack_summary_gives_each_stage_its_speedup_and_metric_change():
 
 
 def test_stack_summary_follows_the_champion_within_the_budget():
-    summary = stack_summary(stack_table(), min_speedup=5.0)
+    summary = stack_summary(stack_table(), SelectionConfig(min_speedup=5.0))
     assert summary is not None and summary.champion == "w/onnxruntime-int8"
     student_fp32 = summary.steps[2]
     assert (student_fp32.trial_id, student_fp32.metric, student_fp32.speedup, student_fp32.step_speedup) == ("w", None, None, None)
     assert summary.steps[3].step_speedup is None and summary.steps[3].speedup == 9.0
     assert "n/a" in summary.line()
-    assert stack_summary(stack_table(), max_latency_ms=0.5) is None
+    assert stack_summary(stack_table(), SelectionConfig(max_latency_ms=0.5)) is None
 
 
 # ----------------------------------------------------------------------------------------------

@@ -14,8 +14,6 @@ from pipeline.cli.outputs import COMMANDS, add_commands
 from pipeline.config import LatencyConfig, spec_from_dict, spec_to_dict
 from pipeline.measure.latency import LatencyRecord, Measurement, save_record
 from pipeline.select.report import rebuild_report
-from pipeline.select.variants import variants_path, write_variants
-from tests.conftest import FakeTracker, variant, variants_of
 
 NAMES = ("report.md", "report.html", "pareto.png", "pareto.csv")
 SETTINGS = LatencyConfig(batch_size=8, seq_length=32)
@@ -92,51 +90,12 @@ def test_the_cli_says_where_the_runs_own_copy_is(tmp_path, capsys):
     assert str(sweep_dir / "report.md") in printed and str(sweep_dir / "runs" / "r1") in printed
 
 
-def test_the_select_stage_writes_into_the_runs_folder_and_copies_to_the_top_level(tmp_path):
-    from pipeline.select.stage import select_stage
+def test_figures_print_with_their_digits_and_a_dash_when_missing():
+    from pipeline.select.report import DASH, fmt, fmt_diff, fmt_latency, fmt_mean_std, fmt_params, fmt_speedup
 
-    sweep_dir = tmp_path / "demo"
-    start_run(sweep_dir, "r1", metric=0.61, teacher_p50=10.0)
-    rebuild_report(sweep_dir)
-    before = {name: (sweep_dir / "runs" / "r1" / name).read_bytes() for name in (*NAMES, "latency.json")}
-    start_run(sweep_dir, "r2", metric=0.71, teacher_p50=20.0)
-    (sweep_dir / "runs" / "r2" / "latency.json").unlink()  # the select stage writes it
-    # r1 had built runtime variants (its copy at the top); r2 builds none
-    old_variants = variants_of([variant("teacher", "torch", 0.9, 10.0, "/nowhere/teacher"),
-                                variant("finetune-s0", "onnxruntime-int8", 0.6, 2.0, "/nowhere/model.int8.onnx")])
-    for folder in (sweep_dir, sweep_dir / "runs" / "r1"):
-        write_variants(variants_path(folder), old_variants)
-    tracker, messages = FakeTracker(), []
-    select_stage(SPEC, tmp_path, sweep_dir, tracker, None, messages.append)  # no student folder: nothing timed
-
-    run_dir = sweep_dir / "runs" / "r2"
-    for name in (*NAMES, "latency.json"):
-        assert (run_dir / name).is_file(), name
-        assert (sweep_dir / name).read_bytes() == (run_dir / name).read_bytes(), name
-        assert (sweep_dir / "runs" / "r1" / name).read_bytes() == before[name], name
-    assert "0.7150" in (sweep_dir / "report.md").read_text()
-    assert {p.parent for p in tracker.artifacts if p.name != results_table.RESULTS_FILE} == {run_dir}
-    assert not [p for p in sweep_dir.iterdir() if p.name.startswith(".")]  # no temporary copy left
-    # the top level holds r2's set: no variants, so not r1's either; r1 keeps its own
-    assert not variants_path(sweep_dir).exists() and variants_path(sweep_dir / "runs" / "r1").is_file()
-    assert "Runtimes" not in (sweep_dir / "report.md").read_text()
-    write_variants(variants_path(sweep_dir), old_variants)  # a copy left by an older drydock: still not r2's
-    assert "Runtimes" not in rebuild_report(sweep_dir).markdown.read_text()
-    assert "Runtimes" in rebuild_report(sweep_dir / "runs" / "r1").markdown.read_text()
-
-
-def test_a_run_without_variants_removes_the_older_runs_copy_from_the_store_too(tmp_path, monkeypatch):
-    from pipeline.select.stage import select_stage
-    from pipeline.storage import WorkStore
-
-    monkeypatch.setenv("DRYDOCK_CACHE_DIR", str(tmp_path / "cache"))
-    bucket = tmp_path / "bucket"
-    store = WorkStore.open(bucket.as_uri())  # a file:// location: a store with this node's mirror, as s3:// is
-    sweep_dir = store.path("demo")
-    start_run(sweep_dir, "r1", metric=0.61, teacher_p50=10.0)
-    write_variants(variants_path(sweep_dir), variants_of([variant("finetune-s0", "torch", 0.6, 2.0, "/nowhere")]))
-    store.push("demo/variants.parquet")
-    assert (bucket / "demo" / "variants.parquet").is_file()
-    start_run(sweep_dir, "r2", metric=0.71, teacher_p50=20.0)
-    select_stage(SPEC, store.local, sweep_dir, FakeTracker(), None, lambda _: None, store=store)
-    assert not variants_path(sweep_dir).exists() and not (bucket / "demo" / "variants.parquet").exists()
+    assert fmt_mean_std(0.8123, 0.0042, 3) == "0.8123 ± 0.0042 (n=3)"
+    assert fmt_mean_std(0.8, float("nan"), 1) == "0.8000 (n=1)"  # one seed: no spread
+    assert (fmt_params(4_385_920), fmt_params(50_000)) == ("4.39M", "50,000")
+    assert (fmt_latency(2.0, 2.5), fmt_latency(2.0, None), fmt_latency(None, 2.5)) == ("2.00 / 2.50", "2.00", DASH)
+    assert (fmt_speedup(3.456), fmt(None), fmt(0.5, 2)) == ("3.46×", DASH, "0.50")
+    assert fmt_diff(0.01, -0.002, 0.022) == ("+0.0100", "[-0.0020, +0.0220]")
