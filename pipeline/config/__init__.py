@@ -54,6 +54,7 @@ from pipeline.config.params import (
     default_params,
     method_spaces,
     param_space_model,
+    space_from_state,
 )
 from pipeline.config.schema import (
     ADDED_LATER,
@@ -98,6 +99,8 @@ from pipeline.config.schema import (
 )
 from pipeline.measure.runtimes import DEFAULT_RUNTIMES, RuntimeName
 
+_space_from_state = space_from_state  # what a parameter space pickled before the split names
+
 __all__ = [
     "ADDED_LATER", "DEFAULT_FRONT", "DEFAULT_RUNTIMES", "DEFAULT_SHAPES", "DOMAINS", "DOMAIN_KINDS", "GLUE_TASKS", "HOW_IT_RUNS",
     "KEPT_BY_THE_RUN", "MAX_COMBINATIONS_CHECKED", "MAX_NAME_LENGTH", "MAX_SEED", "MAX_SPEC_DEPTH", "MAX_SPEC_VALUES", "MAX_TRIALS",
@@ -108,5 +111,5 @@ __all__ = [
     "TaskConfig", "TeacherConfig", "TokenizerConfig", "TrackingConfig", "TrainConfig", "Uniform", "apply_overrides", "as_domain",
     "check_for_sweep", "default_params", "did_you_mean", "domain_candidates", "domain_draw", "error_lines", "format_error", "is_domain",
     "load_deepspeed_preset", "load_spec", "method_spaces", "param_error", "param_space_model", "parse_override", "spec_from_dict",
-    "spec_to_dict", "teacher_config", "teacher_problems", "trial_count", "trial_count_problems", "validate_methods",
+    "space_from_state", "spec_to_dict", "teacher_config", "teacher_problems", "trial_count", "trial_count_problems", "validate_methods",
 ]

@@ -102,10 +102,12 @@ class ParamSpace(BaseModel):
 
     def __reduce__(self) -> tuple[Any, ...]:
         # the class is derived at run time, so it pickles as the method's Params it is derived from
-        return (_space_from_state, (self.params_model, self.__getstate__()))
+        return (space_from_state, (self.params_model, self.__getstate__()))
 
 
-def _space_from_state(params_model: type[BaseModel], state: dict[str, Any]) -> ParamSpace:
+def space_from_state(params_model: type[BaseModel], state: dict[str, Any]) -> ParamSpace:
+    """A pickled parameter space: its class is derived at run time, so no pickle can name it; the
+    method's Params it is derived from can."""
     space_cls = param_space_model(params_model)
     space = space_cls.__new__(space_cls)
     space.__setstate__(state)
