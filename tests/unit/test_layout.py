@@ -50,6 +50,9 @@ for _room in ("lock", "storage", "config", "results", "tracking", "prepare", "tr
 METHODS_PUBLIC = {"methods", "methods.base"}
 # What the spec schema may import from measure: the runtime table, which imports nothing heavy.
 CONFIG_FROM_MEASURE = {"pipeline.measure.runtimes"}
+# The spec's package is reached through its face: every other room imports `pipeline.config`,
+# never one of its modules (which split it by concern, and may move within it).
+SPEC_FACE = "pipeline.config"
 # What methods/ never imports: processes, trackers and file coordination are the pipeline's.
 METHODS_FORBIDDEN = ("ray", "mlflow", "deepspeed", "torch.distributed", "torch.nn.parallel", "torch.multiprocessing",
                      "fcntl", "filelock", "multiprocessing", "subprocess")
@@ -169,6 +172,13 @@ def room_violations(graph: dict[str, list[Import]]) -> list[str]:
     return out
 
 
+def past_the_face(graph: dict[str, list[Import]]) -> list[str]:
+    """A module outside the spec's package that imports one of its modules (`pipeline.config.schema`)."""
+    return [f"{module}:{imp.line} imports {imp.module}: import it from {SPEC_FACE}"
+            for module, imports in graph.items() if not (module == SPEC_FACE or module.startswith(SPEC_FACE + "."))
+            for imp in imports if imp.module.startswith(SPEC_FACE + ".")]
+
+
 def private_imports(graph: dict[str, list[Import]]) -> list[str]:
     """`from m import _name` of another module, or a `_module` from outside its package."""
     out = []
@@ -247,6 +257,10 @@ def test_each_room_imports_only_what_its_row_allows(tree):
     assert room_violations(tree[0]) == []
 
 
+def test_the_spec_is_imported_through_its_face(tree):
+    assert past_the_face(tree[0]) == []
+
+
 def test_no_module_imports_another_modules_private_names(tree):
     assert private_imports(tree[0]) == []
 
@@ -266,8 +280,10 @@ def test_no_function_is_longer_than_80_lines(tree):
 
 def test_every_stage_folder_exists_and_the_top_level_holds_only_contracts(tree):
     top = {m for m in tree[1] if m.count(".") == 1 and m.startswith("pipeline.") and not (ROOT / m.replace(".", "/")).is_dir()}
-    assert top == {"pipeline.config", "pipeline.errors", "pipeline.results", "pipeline.tracking", "pipeline.sweep", "pipeline.retrain",
+    assert top == {"pipeline.errors", "pipeline.results", "pipeline.tracking", "pipeline.sweep", "pipeline.retrain",
                    "pipeline.storage", "pipeline.lock", "pipeline.workdir"}
+    # the spec is a contract too, split by concern in a package of its own (SPEC_FACE)
+    assert (ROOT / "pipeline" / "config" / "__init__.py").is_file() and (ROOT / "tests" / "unit" / "config").is_dir()
     for stage in ("prepare", "training", "search", "measure", "select", "cli"):
         assert (ROOT / "pipeline" / stage / "__init__.py").is_file()
         assert (ROOT / "tests" / "unit" / stage).is_dir() or (ROOT / "tests" / "integration" / stage).is_dir()
@@ -317,6 +333,19 @@ def test_measure_never_imports_select_and_the_spec_reaches_only_its_runtime_tabl
     assert room_violations(graph) == [
         "pipeline.measure.job:1 (measure) imports pipeline.select.variants (select)",
         "pipeline.config:1 imports pipeline.measure.engines: the spec reaches measure through its runtime table only",
+    ]
+
+
+def test_a_module_of_the_spec_reached_past_its_face_is_found():
+    graph = _graph({
+        "pipeline.search.space": [("pipeline.config.domains", ("Grid",)), ("pipeline.config", ("SweepSpec",))],
+        "pipeline.cli.main": [("pipeline.config.loader", ())],
+        "pipeline.config.loader": [("pipeline.config.schema", ("SweepSpec",))],  # inside the package: fine
+        "pipeline.config": [("pipeline.config.loader", ("load_spec",))],
+    })
+    assert past_the_face(graph) == [
+        "pipeline.search.space:1 imports pipeline.config.domains: import it from pipeline.config",
+        "pipeline.cli.main:1 imports pipeline.config.loader: import it from pipeline.config",
     ]
 
 

@@ -213,7 +213,7 @@ def test_resume_refuses_a_spec_that_changed_but_not_other_resources(tmp_path):
 
 
 def test_a_bad_deepspeed_preset_fails_before_any_work(workdir):
-    """`load_spec` refuses it (tests/unit/search/test_deepspeed_preset.py); a spec built without
+    """`load_spec` refuses it (tests/unit/config/test_checks.py); a spec built without
     it, from a dict, is refused by the sweep before anything is written."""
     import yaml
 

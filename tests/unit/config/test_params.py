@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import copy
 import pickle
-import random
-import re
+import subprocess
+import sys
 from importlib.metadata import EntryPoint
 
 import pytest
+import yaml
 from pydantic import Field, ValidationError
 
 from methods import get_method
@@ -28,6 +29,7 @@ from pipeline.config import (
     spec_to_dict,
 )
 from pipeline.errors import SpecError
+from tests.unit.config.minimal import MINIMAL, problems
 
 BASE = {
     "name": "t",
@@ -66,6 +68,25 @@ def test_a_typed_spec_pickles_and_copies_as_itself():
         assert list(copied.methods["kd"].given()) == ["temperature", "alpha", "num_layers"]
 
 
+def test_a_spec_pickled_before_the_package_split_opens(monkeypatch):
+    """A spec pickled while the spec was one module names `pipeline.config._space_from_state` and
+    `pipeline.config.<Class>`: pickled so again (each name then must resolve to the very object),
+    it opens equal."""
+    from pipeline.config import domains, schema
+    from pipeline.config import params as spaces
+
+    spec = spec_from_dict({**BASE, "methods": METHODS})
+    monkeypatch.setattr(spaces.space_from_state, "__qualname__", "_space_from_state")
+    monkeypatch.setattr(spaces.space_from_state, "__module__", "pipeline.config")
+    for module in (schema, domains):
+        for cls in [v for v in vars(module).values() if isinstance(v, type) and v.__module__ == module.__name__]:
+            monkeypatch.setattr(cls, "__module__", "pipeline.config")
+    old = pickle.dumps(spec)
+    monkeypatch.undo()
+    assert b"pipeline.config." not in old and b"_space_from_state" in old and b"SweepSpec" in old
+    assert pickle.loads(old) == spec
+
+
 class ThirdPartyParams(MethodParams):
     """A method outside drydock: its space comes from the same function, nothing written for it."""
 
@@ -84,27 +105,6 @@ def test_a_third_party_params_model_gets_its_value_or_domain_model():
         space_model.model_validate({"width": {"grid": [2, 0]}, "rate": {"uniform": [0.5, 2]}})
     found = {err["loc"]: err["ctx"]["lines"] for err in info.value.errors() if err["type"] == PARAM_PROBLEMS}
     assert found == {("width",): ["Input should be greater than 0 (got 0)"], ("rate",): ["Input should be less than or equal to 1 (got 2)"]}
-
-
-def test_each_domain_type_checks_its_own_shape():
-    for raw, message in [
-        ({"grid": []}, "grid needs a non-empty list"),
-        ({"uniform": [5, 1]}, "uniform needs low < high, got [5, 1]"),
-        ({"loguniform": [0, 1]}, "loguniform needs a positive low bound"),
-        ({"randint": [1.5, 3]}, "randint needs integer bounds"),
-        ({"choice": "ab"}, "choice needs a non-empty list"),
-    ]:
-        kind = next(iter(raw))
-        model = {"grid": Grid, "uniform": Uniform, "loguniform": LogUniform, "randint": RandInt, "choice": Choice}[kind]
-        with pytest.raises(ValidationError, match=re.escape(message)):
-            model.model_validate(raw)
-
-
-def test_each_random_domain_draws_inside_what_it_says():
-    rng = random.Random(0)
-    assert all(1 <= RandInt(randint=(1, 3)).sample(rng) <= 2 for _ in range(50))
-    assert all(1e-5 <= LogUniform(loguniform=(1e-5, 1e-4)).sample(rng) <= 1e-4 for _ in range(50))
-    assert {Choice(choice=["a", "b"]).sample(rng) for _ in range(50)} == {"a", "b"}
 
 
 def test_the_spec_names_every_parameter_problem_in_the_order_written():
@@ -169,3 +169,40 @@ def test_an_entry_point_method_is_searched_and_refused_like_a_built_in(outside_m
         "methods.outside.width: uniform draws floats but width takes integers; use randint or grid",
         "methods.outside.rat: unknown parameter (known: width, rate); did you mean rate?",
     ]
+
+
+def test_method_parameters_are_checked_against_the_method():
+    assert problems({**MINIMAL, "methods": {"kd": {"alpah": 0.5}}})[0].startswith("methods.kd.alpah: unknown parameter")
+    (line,) = problems({**MINIMAL, "methods": {"kd": {"alpha": {"grid": [0.5, 1.5]}}}})
+    assert line.startswith("methods.kd.alpha: ") and "1.5" in line
+    assert problems({**MINIMAL, "methods": {"nope": {}}})[0].startswith("methods.nope: unknown method")
+    (line,) = problems({**MINIMAL, "methods": {"kd": {"temperature": {"uniform": [5, 1]}}}})
+    assert line == "methods.kd.temperature: uniform needs low < high, got [5, 1]"
+
+
+def test_a_domain_is_checked_by_what_it_draws_not_only_its_bounds():
+    kd = lambda **params: {**MINIMAL, "methods": {"kd": params}}
+    # integer bounds, but uniform and loguniform draw floats: an integer parameter rejects them
+    for kind in ("uniform", "loguniform"):
+        assert problems(kd(num_layers={kind: [1, 3]})) == [
+            f"methods.kd.num_layers: {kind} draws floats but num_layers takes integers; use randint or grid"
+        ]
+    assert spec_from_dict(kd(num_layers={"randint": [1, 3]}))
+    assert spec_from_dict(kd(temperature={"uniform": [1, 3]}))
+    # every grid and choice value is checked, not only the first
+    (line,) = problems(kd(num_layers={"grid": [1, 2.5]}))
+    assert line.startswith("methods.kd.num_layers: ") and "2.5" in line
+    (line,) = problems(kd(init_from={"choice": ["finetuned", "scratch"]}))
+    assert line.startswith("methods.kd.init_from: ") and "'scratch'" in line
+    # any other type a draw does not fit is named with the draw that fails
+    (line,) = problems({**MINIMAL, "methods": {"pkd": {"normalize": {"uniform": [0, 1]}}}})
+    assert line.startswith("methods.pkd.normalize: uniform draws values inside the range that normalize rejects: ")
+
+
+def test_validate_cli_rejects_a_float_range_on_an_integer_without_a_traceback(tmp_path):
+    spec = tmp_path / "s.yaml"
+    spec.write_text(yaml.safe_dump(MINIMAL))
+    run = subprocess.run([sys.executable, "-m", "pipeline.cli", "validate", str(spec), "--set", "methods.kd.num_layers={uniform: [1, 3]}"],
+                         capture_output=True, text=True)
+    assert run.returncode == 2
+    assert run.stderr.strip() == "error: methods.kd.num_layers: uniform draws floats but num_layers takes integers; use randint or grid"

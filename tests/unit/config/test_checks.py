@@ -12,8 +12,9 @@ import pytest
 
 from pipeline.config import load_deepspeed_preset, load_spec, spec_from_dict
 from pipeline.errors import SpecError
+from tests.unit.config.minimal import MINIMAL, problems
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 SMOKE = ROOT / "sweeps" / "smoke.yaml"
 DEEPSPEED = ["resources.strategy=deepspeed", "resources.deepspeed.zero_stage=2"]
 
@@ -81,3 +82,17 @@ def test_overlap_comm_is_refused_below_zero_stage_2(tmp_path):
         "ZeRO stage 2 (resources.deepspeed.zero_stage is 1)")
     spec = load_spec(SMOKE, [*DEEPSPEED, f"resources.deepspeed.preset={path}"])  # stage 2: fine
     assert load_deepspeed_preset(spec) == {"zero_optimization": {"overlap_comm": True}}
+
+
+def test_zero_3_is_refused_only_for_methods_whose_ranks_run_different_modules():
+    """ZeRO-3 gathers each module's weights with a collective as the module runs: Theseus' and
+    CoFi's ranks run different modules in one step and would wait for each other forever (CoFi
+    hung so on two gloo ranks). kd, MiniLM and the rest run under ZeRO-3; one worker has no peer."""
+    raw = {**MINIMAL, "methods": {"kd": {}, "minilm": {}, "theseus": {}, "cofi": {}}}
+    zero_3 = ["resources.strategy=deepspeed", "resources.deepspeed.zero_stage=3"]
+    found = problems(raw, [*zero_3, "resources.workers_per_trial=2"])
+    assert [p.split(":")[0] for p in found] == ["methods.theseus", "methods.cofi"]
+    assert "cannot train under resources.deepspeed.zero_stage 3 with 2 workers" in found[0]
+    assert spec_from_dict(raw, [*zero_3, "resources.workers_per_trial=1"]).resources.deepspeed.zero_stage == 3
+    assert spec_from_dict(raw, ["resources.strategy=deepspeed", "resources.deepspeed.zero_stage=2",
+                                "resources.workers_per_trial=2"]).resources.deepspeed.zero_stage == 2

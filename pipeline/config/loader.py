@@ -1,0 +1,236 @@
+"""Loading a spec: safe YAML → `${VAR}` expansion (an unset variable is an error naming the
+field; `${VAR:-default}` gives a default) → `--set a.b=value` overrides → pydantic validation
+(`pipeline.config.schema`) → the checks that need the methods (`pipeline.config.checks`). All
+problems are collected and reported together, one line each, as `field.path: what was expected`.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import (
+    ValidationError,
+)
+
+from pipeline.config.checks import trial_count_problems, validate_methods
+from pipeline.config.messages import did_you_mean, format_error
+from pipeline.config.params import METHOD_PROBLEMS
+from pipeline.config.schema import GLUE_TASKS, MAX_SPEC_DEPTH, MAX_SPEC_VALUES, SweepSpec
+from pipeline.errors import SpecError
+
+# loading
+# ----------------------------------------------------------------------------------------------
+
+_ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+
+def _expand_env(node: Any, path: str, problems: list[str]) -> Any:
+    if isinstance(node, dict):
+        return {k: _expand_env(v, f"{path}.{k}" if path else str(k), problems) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_expand_env(v, f"{path}[{i}]", problems) for i, v in enumerate(node)]
+    if isinstance(node, str) and "${" in node:
+
+        def sub(m: re.Match[str]) -> str:
+            name, default = m.group(1), m.group(2)
+            value = os.environ.get(name)
+            if value is None or (value == "" and default is not None):
+                if default is None:
+                    problems.append(f"{path}: environment variable {name} is not set (used as ${{{name}}})")
+                    return ""
+                return default
+            return value
+
+        expanded = _ENV.sub(sub, node)
+        return None if expanded == "" and node.strip().startswith("${") else expanded
+    return node
+
+
+def _check_size(raw: dict[str, Any]) -> None:
+    """Refuse a spec whose YAML aliases expand without limit, before anything walks it.
+
+    PyYAML reads `*name` as the same object as its `&name` anchor, so 500 bytes of nested aliases
+    load in milliseconds as a few shared lists that expand to billions of values: everything that
+    walks the spec (the `${VAR}` expansion, pydantic) would run out of memory. The expanded size
+    is counted here once per distinct object, so this stays as cheap as the file is small; a
+    recursive alias and a nesting deeper than MAX_SPEC_DEPTH are refused too.
+    """
+    sizes: dict[int, int] = {}
+    open_: set[int] = set()
+
+    def size(node: Any, path: str, depth: int) -> int:
+        if not isinstance(node, (dict, list)):
+            return 1
+        if id(node) in sizes:
+            return sizes[id(node)]
+        if id(node) in open_:
+            raise SpecError(f"{path}: is a recursive YAML alias (a value that contains itself); write the value out")
+        if depth > MAX_SPEC_DEPTH:
+            raise SpecError(f"{path}: nested more than {MAX_SPEC_DEPTH} levels deep")
+        open_.add(id(node))
+        items = node.items() if isinstance(node, dict) else enumerate(node)
+        total = 1 + sum(size(v, f"{path}.{k}" if isinstance(node, dict) else f"{path}[{k}]", depth + 1) for k, v in items)
+        open_.discard(id(node))
+        sizes[id(node)] = total
+        return total
+
+    total = sum(size(v, str(k), 1) for k, v in raw.items())
+    if total <= MAX_SPEC_VALUES:
+        return
+    # name the innermost field that holds most of it (a grid of aliases, not the whole `methods`)
+    path, node = max(((str(k), v) for k, v in raw.items()), key=lambda kv: size(kv[1], kv[0], 1))
+    while True:
+        items = list(node.items()) if isinstance(node, dict) else list(enumerate(node)) if isinstance(node, list) else []
+        big = [(k, v) for k, v in items if 2 * size(v, "", 1) > size(node, "", 1)]
+        if not big:
+            break
+        path = f"{path}.{big[0][0]}" if isinstance(node, dict) else f"{path}[{big[0][0]}]"
+        node = big[0][1]
+    raise SpecError(f"{path}: holds {size(node, path, 1):,} values once its YAML aliases (*name) are expanded; "
+                    f"a spec may hold at most {MAX_SPEC_VALUES:,}")
+
+
+class _SpecLoader(yaml.SafeLoader):
+    """Safe YAML with YAML 1.2 booleans: only true/false are booleans.
+
+    PyYAML follows YAML 1.1, where on/off/yes/no are booleans too, so `bf16: on` arrived as True
+    and was rejected by a field whose documented values are "auto", "on", "off". Boolean fields
+    lose nothing: pydantic still reads "on"/"off"/"yes"/"no" as booleans.
+
+    A key given twice in one mapping is an error naming it and both lines (PyYAML keeps the last
+    silently, so the first, often the one meant, would be ignored); `<<` merge keys may still be
+    overridden. Aliases are read as PyYAML reads them (shared objects, never copied here);
+    `spec_from_dict` bounds what they expand to.
+    """
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        first_line: dict[Any, int] = {}
+        for key_node, _ in node.value if isinstance(node, yaml.MappingNode) else ():
+            if key_node.tag == "tag:yaml.org,2002:merge" or not isinstance(key_node, yaml.ScalarNode):
+                continue
+            key = self.construct_object(key_node)
+            if key in first_line:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r} (first on line {first_line[key]}; YAML would keep only the last)",
+                    key_node.start_mark)
+            first_line[key] = key_node.start_mark.line + 1
+        return super().construct_mapping(node, deep=deep)
+
+
+_BOOL_TAG = "tag:yaml.org,2002:bool"
+_SpecLoader.yaml_implicit_resolvers = {
+    first: [(tag, rx) for tag, rx in resolvers if tag != _BOOL_TAG]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_SpecLoader.add_implicit_resolver(_BOOL_TAG, re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF"))
+
+
+def _load_yaml(text: str) -> Any:
+    return yaml.load(text, Loader=_SpecLoader)  # a SafeLoader subclass: never constructs objects
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """`a.b.c=value` → (["a","b","c"], value), the value parsed as YAML (safely: never code)."""
+    if "=" not in text:
+        raise SpecError(f"--set {text}: expected KEY=VALUE, e.g. train.epochs=1")
+    key, raw = text.split("=", 1)
+    parts = [p for p in key.strip().split(".") if p]
+    if not parts:
+        raise SpecError(f"--set {text}: empty key")
+    try:
+        value = _load_yaml(raw) if raw.strip() else None
+    except yaml.YAMLError as e:
+        raise SpecError(f"--set {text}: value is not valid YAML ({e.__class__.__name__})") from None
+    return parts, value
+
+
+def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    raw = copy.deepcopy(raw)
+    for text in overrides:
+        parts, value = parse_override(text)
+        node = raw
+        for p in parts[:-1]:
+            child = node.get(p)
+            if not isinstance(child, dict):
+                child = {}
+                node[p] = child
+            node = child
+        node[parts[-1]] = value
+    return raw
+
+
+def _task_name_hint(err: Mapping[str, Any]) -> str:
+    """A task whose name is a typo of a GLUE task's fails as a custom task (no text columns, no
+    labels) or as a GLUE directory's unknown task: the error says which GLUE name was meant."""
+    given = err.get("input")
+    if tuple(err["loc"]) != ("task",) or not isinstance(given, dict) or not isinstance(given.get("name"), str):
+        return ""
+    name = given["name"].strip().lower().replace("-", "")
+    return "" if name in GLUE_TASKS else did_you_mean(name, GLUE_TASKS)
+
+
+def error_lines(error: ValidationError) -> list[str]:
+    """A spec's validation errors, one `field.path: what was expected` line each (the `methods:`
+    section's own problems arrive together, as one error holding their lines)."""
+    lines: list[str] = []
+    for err in error.errors():
+        lines += err["ctx"]["lines"] if err["type"] == METHOD_PROBLEMS else [format_error(err, SweepSpec, _task_name_hint(err))]
+    return lines
+
+
+def load_spec(path: str | Path, overrides: list[str] | None = None) -> SweepSpec:
+    """Read, expand, override and validate a spec; raises SpecError listing every problem."""
+    path = Path(path)
+    if not path.is_file():
+        raise SpecError(f"{path}: spec file not found")
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise SpecError(f"{path}: cannot be read ({e.strerror or e})") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        raise SpecError(f"{path}: line {line}: byte {e.start} (0x{data[e.start]:02x}) is not UTF-8; save the spec as UTF-8") from None
+    try:
+        raw = _load_yaml(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark else ""
+        problem = " ".join(str(getattr(e, "problem", None) or e).split())  # one line, whatever PyYAML wrote
+        raise SpecError(f"{path}{where}: not valid YAML ({problem})") from None
+    except RecursionError:
+        raise SpecError(f"{path}: nested too deeply to be a spec (at most {MAX_SPEC_DEPTH} levels)") from None
+    if not isinstance(raw, dict):
+        raise SpecError(f"{path}: expected a mapping at the top level")
+    return spec_from_dict(raw, overrides or [])
+
+
+def spec_from_dict(raw: dict[str, Any], overrides: list[str] | None = None) -> SweepSpec:
+    _check_size(raw)  # before anything walks it, overrides' deep copy included
+    raw = apply_overrides(raw, overrides or [])
+    _check_size(raw)  # a --set value is YAML too
+    problems: list[str] = []
+    raw = _expand_env(raw, "", problems)
+    if problems:
+        raise SpecError(problems)
+    try:
+        spec = SweepSpec.model_validate(raw)
+    except ValidationError as e:
+        raise SpecError(error_lines(e)) from None
+    problems = validate_methods(spec) or trial_count_problems(spec)
+    if problems:
+        raise SpecError(problems)
+    return spec
+
+
+def spec_to_dict(spec: SweepSpec) -> dict[str, Any]:
+    """A plain dict that round-trips through `spec_from_dict` (what Ray ships to workers)."""
+    return spec.model_dump(mode="json")
+

@@ -1,0 +1,66 @@
+"""How a spec's problems read: one `field.path: what was expected` line per pydantic error, and
+"did you mean" for a likely typo, so the user never has to open the schema to find the fix.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import (
+    BaseModel,
+)
+
+
+def did_you_mean(word: str, known: Any, prefix: str = "") -> str:
+    """`; did you mean <prefix><closest>?` when one of `known` is a likely typo's target, else ''.
+    A typo's error names the fix, so the user never has to open the schema to find it."""
+    import difflib
+
+    close = difflib.get_close_matches(str(word), [str(k) for k in known], n=1, cutoff=0.6)
+    return f"; did you mean {prefix}{close[0]}?" if close else ""
+
+
+def _model_of(annotation: Any) -> type[BaseModel] | None:
+    """The spec model a field holds (`FilesSource | None` holds FilesSource), or None for a value."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    return next((m for m in map(_model_of, getattr(annotation, "__args__", ())) if m is not None), None)
+
+
+def _known_keys(schema: type[BaseModel] | None, loc: tuple[Any, ...]) -> list[str]:
+    """The keys `schema` takes beside an unknown key at `loc` (empty under a free-form mapping)."""
+    model = schema
+    for part in loc[:-1]:
+        field = model.model_fields.get(str(part)) if model is not None else None
+        model = _model_of(field.annotation) if field is not None else None
+    return list(model.model_fields) if model is not None else []
+
+
+def format_error(err: Mapping[str, Any], schema: type[BaseModel] | None = None, hint: str = "") -> str:
+    """One pydantic error as `field.path: what was expected`. An unknown key is matched against
+    the keys `schema` (the model the error's path starts at) takes there; `hint` ends a
+    validator's own message (the loader's guess at a misspelt task name)."""
+    loc = ".".join(str(p) for p in err["loc"]) or "(spec)"
+    msg = err["msg"]
+    if err["type"] == "extra_forbidden":
+        *parent, key = tuple(err["loc"]) or ("",)
+        hint = did_you_mean(key, _known_keys(schema, (*parent, key)), "".join(f"{p}." for p in parent))
+        msg = f"unknown key (not part of the spec){hint}" if hint else "unknown key (not part of the spec; check the spelling)"
+    elif err["type"] == "missing":
+        msg = "required field is missing"
+    elif msg.startswith("Value error, "):
+        msg = msg[len("Value error, "):] + hint
+    elif err["type"] == "finite_number":
+        msg = "must be a finite number"
+    given = err.get("input")
+    if err["type"] not in ("extra_forbidden", "missing") and not isinstance(given, (dict, list)):
+        shown = repr(given)
+        msg = f"{msg} (got {shown if len(shown) <= 80 else shown[:60] + '…'})"
+    return f"{loc}: {msg}"
+
+
+def param_error(err: Mapping[str, Any]) -> str:
+    """A pydantic error about a method's parameters, as the text after `methods.<name>.<param>: `."""
+    return format_error({**err, "loc": ()}).split(": ", 1)[1]
+
