@@ -4,7 +4,8 @@ Every stage reads what an earlier stage (or an earlier run, `--resume`, `drydock
 consumer mid-sweep) left in the work directory, so the names below are the one record of the
 layout, and every writer goes through `atomic_write`, `atomic_path` or `atomic_folder`: a reader
 sees the old file or the new one, never half of one, and a writer killed mid-write leaves the
-old file and at most a hidden scratch name beside it (a dot name: the store's push skips those).
+old file and at most a hidden scratch name beside it (a dot name: `push_last` and a run's file
+push skip those at the top of a folder; a folder pushed whole takes what it holds).
 
     <workdir>/                        the work directory (a folder, or a URI's mirror: `pipeline.storage`)
         cache/                        tokenized data, tokenizers, work shared across trials

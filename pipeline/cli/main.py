@@ -109,7 +109,6 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     """The sweep under the spec's lock, the one `drydock retrain` takes (`pipeline.lock`): a run
     of the same spec and work directory already going makes this one refuse at once, exit 1,
     naming it; the hub commits are resolved once here, inside the lock, for the whole sweep."""
-    from pipeline.cli.tables import summary_table
     from pipeline.config import load_spec
     from pipeline.lock import Locked, spec_lock
     from pipeline.storage import WorkStore
@@ -125,7 +124,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         from pipeline.sweep import run_sweep
 
         frame = run_sweep(pin_revisions(spec), args.workdir, resume=args.resume, address=args.address, log=logs.log_line)
-    from pipeline.cli.tables import pareto_table_text
+    from pipeline.cli.tables import pareto_table_text, summary_table  # the tables import select: after the lock too
 
     print(summary_table(frame))
     print(pareto_table_text(frame, spec.selection))

@@ -131,7 +131,7 @@ class VariantJob(BaseModel):
 class VariantOutcome:
     """What `run_variant_job` found: one fact per (model, runtime), one measurement per shape
     ("<batch>x<length>"), expanded to every model (`InterleavedResult.expand`), and the threads
-    each runner ran with; `log`: the worker's log lines, when it ran elsewhere (`on_one_node`)."""
+    each runner ran with (the worker's log lines come back beside it: `on_one_node`)."""
 
     facts: list[VariantFacts]
     measurements: dict[str, InterleavedResult]

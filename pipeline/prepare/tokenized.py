@@ -135,7 +135,6 @@ def prepare_unlabeled(
     return _load_cached(Path(cache_dir), f"unlabeled-{fingerprint}", build, load, deep=False)
 
 
-
 def _tokenize(rows: datasets.Dataset, tokenizer: PreTrainedTokenizerBase, max_length: int, fingerprint: str) -> datasets.Dataset:
     """Truncate but never pad: the loop pads each batch to its own longest row."""
     pair = "text_b" in rows.column_names
