@@ -3,7 +3,12 @@
 Columns, a public contract (consumers read them by name): trial_id, method, seed, status,
 error, params.<name>…, metric_name, metric, metrics.<name>…, teacher_metric, retention,
 num_params, num_params_encoder, latency_ms, latency_p90_ms, speedup, latency_device,
-train_seconds, steps, pareto, student_path, mlflow_run_id.
+train_seconds, steps, suggestion, pareto, student_path, mlflow_run_id.
+
+`suggestion` is the configuration's place in the order the search took them: 1 for the first
+configuration a searching algorithm asked its study for (`pipeline.search.searcher`), and for a
+grid the configuration's place in the fixed list; every seed of a configuration has the same one.
+Empty in rows written before the column existed.
 
 `latency_ms`, `latency_p90_ms` and `speedup` are the trial's own export as timed (p50, p90, and
 the teacher's p50 on the same node over the student's), and `latency_device` names the model of
@@ -32,10 +37,10 @@ LEADING = ["trial_id", "method", "seed", "status", "error"]
 MIDDLE = ["metric_name", "metric"]
 TRAILING = [
     "teacher_metric", "retention", "num_params", "num_params_encoder", "latency_ms", "latency_p90_ms",
-    "speedup", "latency_device", "train_seconds", "steps", "pareto", "student_path", "mlflow_run_id",
+    "speedup", "latency_device", "train_seconds", "steps", "suggestion", "pareto", "student_path", "mlflow_run_id",
 ]
 NUMERIC = {"metric", "teacher_metric", "retention", "latency_ms", "latency_p90_ms", "speedup", "train_seconds"}
-INTEGER = {"seed", "num_params", "num_params_encoder", "steps"}
+INTEGER = {"seed", "num_params", "num_params_encoder", "steps", "suggestion"}
 TEXT = {"trial_id", "method", "status", "error", "metric_name", "latency_device", "student_path", "mlflow_run_id"}
 
 
@@ -77,6 +82,7 @@ def trial_row(
     error: str | None = None,
     mlflow_run_id: str | None = None,
     metric_name: str | None = None,
+    suggestion: int | None = None,
 ) -> dict[str, Any]:
     outcome = outcome or {}
     metric = outcome.get("metric")
@@ -88,7 +94,7 @@ def trial_row(
         "teacher_metric": teacher_metric, "retention": retention,
         "num_params": outcome.get("num_params"), "num_params_encoder": outcome.get("num_params_encoder"),
         "latency_ms": None, "latency_p90_ms": None, "speedup": None, "latency_device": None, "pareto": None,
-        "train_seconds": outcome.get("train_seconds"), "steps": outcome.get("steps"),
+        "train_seconds": outcome.get("train_seconds"), "steps": outcome.get("steps"), "suggestion": suggestion,
         "student_path": outcome.get("student_path"), "mlflow_run_id": mlflow_run_id,
     }
     row.update(flatten(params, "params."))

@@ -30,6 +30,7 @@ from pipeline.search.driver import SearchContext
 from pipeline.search.ray_instance import check_gpu_workers, init_ray, max_concurrent
 from pipeline.search.recorder import SweepRecorder, record_pending, stand_in_callback
 from pipeline.search.sealed import Sealed
+from pipeline.search.searcher import study_searcher
 from pipeline.search.space import expand_trials
 from pipeline.search.state import end_run, open_run, run_revisions, run_storage, start_run
 from pipeline.search.teacher import teacher_stage
@@ -51,9 +52,10 @@ def run_sweep(spec: SweepSpec, workdir: str | Path, *, resume: bool = False, add
     runs before the work it would waste, and nothing in the sweep's folder changes until the
     search starts. `workdir`: a folder, or a URI no node needs to mount (`pipeline.storage`)."""
     store = WorkStore.open(workdir)
-    trials = expand_trials(spec)
-    if not trials:
+    trials = [] if spec.search.searching else expand_trials(spec)  # a searching algorithm asks as it goes
+    if not spec.methods or not (trials or spec.search.searching):
         raise DrydockError("methods: the spec lists no method to run")
+    planned = (spec.search.num_configurations or 0) * len(spec.seeds) if spec.search.searching else len(trials)
     check_for_sweep(spec)  # what `drydock validate` checks against the teacher's own limits
     deepspeed_preset = load_deepspeed_preset(spec)  # read here: workers may run in another directory
     store.check_writable()  # a bad bucket, endpoint or credential fails here, before any work
@@ -84,9 +86,13 @@ def run_sweep(spec: SweepSpec, workdir: str | Path, *, resume: bool = False, add
 
     start_run(run, spec, tracker, teacher_metrics=teacher.metrics, params={
         "task": spec.task.name, "teacher": spec.teacher.model, "methods": ",".join(spec.methods),
-        "trials": str(len(trials)), "data_fingerprint": prepared.data.fingerprint,
+        "trials": str(planned), "search_algorithm": spec.search.algorithm, "data_fingerprint": prepared.data.fingerprint,
         **source_revisions(spec, prepared.data.revision)}, log=log, backfill=record_pending)  # the hub commits: teacher_revision, data_revision
-    log(f"search: {len(trials)} trials ({', '.join(sorted({t.method for t in trials}))}) × seeds {spec.seeds}; run {run.paths.run_id}")
+    if spec.search.searching:
+        log(f"search: {spec.search.algorithm} over {', '.join(spec.methods)}, {spec.search.num_configurations} configurations "
+            f"× seeds {spec.seeds}, aiming at {' and '.join(spec.search.aims_at)}; run {run.paths.run_id}")
+    else:
+        log(f"search: {len(trials)} trials ({', '.join(sorted({t.method for t in trials}))}) × seeds {spec.seeds}; run {run.paths.run_id}")
     context = SearchContext(
         spec=Sealed(spec), resources=TrainResources.of(spec), workdir=store.location,
         trials_dir=run.paths.trials_dir.relative_to(local).as_posix(), train_storage=storage.train,
@@ -99,7 +105,9 @@ def run_sweep(spec: SweepSpec, workdir: str | Path, *, resume: bool = False, add
                              tracking_file=TRACKING_DB if own_tracking else None)
     status, tuner = "FAILED", None
     try:
-        tuner = make_tuner(spec, trials, context, storage, concurrency=concurrency, callback=recorder, run=run, log=log)
+        searcher = study_searcher(spec, context, store, run, store.localize(teacher_ref)) if spec.search.searching else None
+        tuner = make_tuner(spec, trials, context, storage, concurrency=concurrency, callback=recorder, run=run, log=log,
+                           searcher=searcher)
         try:
             recorder.reconcile(tuner.fit())
         finally:

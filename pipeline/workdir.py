@@ -67,6 +67,7 @@ SPEC_FILE = "spec.json"
 TUNE_DIR = "tune"
 TRAIN_DIR = "train"
 TRIALS_DIR = "trials"
+STUDY_FILE = "study.journal"  # a searching algorithm's Optuna study (`pipeline.search.study`)
 # in a trial's folder
 STUDENT_DIR = "student"
 METRICS_FILE = "metrics.json"

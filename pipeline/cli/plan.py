@@ -81,14 +81,16 @@ class SweepPlan:
     teacher_seconds: float | None
     parallel: int | None  # trials at once on this machine; None: a cluster's own count
     cpus: int
+    search: str = ""  # a searching algorithm's line (empty for the grid): which, its budget, what it aims at
+    budget: int | None = None  # a searching algorithm's configurations in all; None: the grid's own count
 
     @property
     def trials(self) -> int:
-        return sum(m.trials for m in self.methods)
+        return self.budget * self.seeds if self.budget is not None else sum(m.trials for m in self.methods)
 
     @property
     def configurations(self) -> int:
-        return sum(m.configurations for m in self.methods)
+        return self.budget if self.budget is not None else sum(m.configurations for m in self.methods)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -227,7 +229,17 @@ def plan_sweep(spec: SweepSpec, cpus: int | None = None) -> SweepPlan:
     batch = (f"global batch {train.batch_size}: {r.workers_per_trial} worker(s) × micro-batch {micro} × "
              f"{train.grad_accumulation} accumulation")
     return SweepPlan(rows, len(spec.seeds), methods, steps, steps_per_epoch(rows.count, train.batch_size) if rows.count else None,
-                     train.epochs, batch, teacher_steps, teacher, teacher_seconds, parallel, cpus)
+                     train.epochs, batch, teacher_steps, teacher, teacher_seconds, parallel, cpus, *_search_plan(spec))
+
+
+def _search_plan(spec: SweepSpec) -> tuple[str, int | None]:
+    search = spec.search
+    if not search.searching:
+        return "", None
+    budget = search.num_configurations or 0
+    limit = f"; no new configuration after {duration(search.time_budget)}" if search.time_budget else ""
+    return (f"{search.algorithm} over {', '.join(spec.methods)}: {budget:,} configuration(s) in all, each once per seed, "
+            f"aiming at {' and '.join(search.aims_at)}{limit}"), budget
 
 
 def teacher_steps_config(spec: SweepSpec) -> TrainConfig:
@@ -265,13 +277,16 @@ def _method_plans(spec: SweepSpec, steps: int | None, shape: tuple[int, int, int
     from methods.base import Method
     from pipeline.search.space import expand_trials
 
-    trials = expand_trials(spec)
+    searching = spec.search.searching
+    trials = [] if searching else expand_trials(spec)  # a study's configurations are not known before it runs
     counts = Counter(t.method for t in trials)
     plans = []
     for name in spec.methods:
         cls = get_method(name)
         mine = [t for t in trials if t.method == name]
         configs = {t.config_id: t.params for t in mine}
+        if searching:  # one trial's estimate at the method's fixed values and defaults
+            configs = {"fixed": cls.Params.model_validate(spec.methods[name].fixed())}
         seconds = None
         if shape and steps:
             fields = set(cls.Params.model_fields)
@@ -283,7 +298,7 @@ def _method_plans(spec: SweepSpec, steps: int | None, shape: tuple[int, int, int
                 highs.append(low + (teacher_forward if cls.needs_teacher(params) else 0.0))
             seconds = (steps * sum(lows) / len(lows), steps * sum(highs) / len(highs)) if lows else None
         note = "+ distillation on unlabeled text, not counted" if cls.unlabeled is not Method.unlabeled else ""
-        plans.append(MethodPlan(name, len(configs), counts[name], steps, seconds, note))
+        plans.append(MethodPlan(name, 0 if searching else len(configs), counts[name], steps, seconds, note))
     return tuple(plans)
 
 
@@ -332,13 +347,16 @@ def format_plan(plan: SweepPlan) -> str:
         lines.append(f"  steps:    unknown (the training rows are unknown); {plan.batch}")
     teacher_time = f"; ≈ {duration(plan.teacher_seconds)} (estimate)" if plan.teacher_seconds else ""
     lines.append(f"  teacher:  {plan.teacher}{teacher_time}")
+    if plan.search:
+        lines.append(f"  search:   {plan.search}")
     lines.append(f"  trials:   {plan.trials:,} ({plan.configurations:,} configuration(s) × {plan.seeds} seed(s))")
     width = max([len("method"), *(len(m.method) for m in plan.methods)])
     lines.append(f"    {'method':<{width}}  configurations  trials  steps/trial  time/trial (estimate)")
     for m in plan.methods:
         steps = f"{m.steps:,}" if m.steps is not None else "unknown"
         time = span(*m.seconds) if m.seconds else "-"
-        lines.append(f"    {m.method:<{width}}  {m.configurations:>14,}  {m.trials:>6,}  {steps:>11}  {time}"
+        configurations, trials = (f"{m.configurations:,}", f"{m.trials:,}") if plan.budget is None else ("searched", "-")
+        lines.append(f"    {m.method:<{width}}  {configurations:>14}  {trials:>6}  {steps:>11}  {time}"
                      + (f"  ({m.note})" if m.note else ""))
     if plan.steps is not None:
         total = f"{plan.steps * plan.trials:,}"
@@ -350,8 +368,12 @@ def format_plan(plan: SweepPlan) -> str:
 def _time_line(plan: SweepPlan) -> str:
     if not plan.methods or any(m.seconds is None for m in plan.methods):
         return "no estimate (GPU trials, unknown training rows, or the teacher's config.json is not on this machine)"
-    low = sum(m.seconds[0] * m.trials for m in plan.methods if m.seconds is not None)
-    high = sum(m.seconds[1] * m.trials for m in plan.methods if m.seconds is not None)
+    if plan.budget is not None:  # which methods the study picks is not known: the methods' mean trial
+        low = plan.trials * sum(m.seconds[0] for m in plan.methods if m.seconds is not None) / len(plan.methods)
+        high = plan.trials * sum(m.seconds[1] for m in plan.methods if m.seconds is not None) / len(plan.methods)
+    else:
+        low = sum(m.seconds[0] * m.trials for m in plan.methods if m.seconds is not None)
+        high = sum(m.seconds[1] * m.trials for m in plan.methods if m.seconds is not None)
     basis = (f"6 FLOPs per parameter per token at {CPU_FLOPS_PER_THREAD / 1e9:.0f} GFLOP/s per CPU thread, measured on a "
              "MiniLM-sized step; evaluation, export and latency measurement not included")
     teacher = plan.teacher_seconds or 0.0

@@ -21,7 +21,9 @@ keep resolving it.
 from pipeline.config.checks import (
     NO_METHODS,
     check_for_sweep,
+    distinct_configurations,
     load_deepspeed_preset,
+    search_problems,
     teacher_config,
     teacher_problems,
     trial_count,
@@ -111,5 +113,5 @@ __all__ = [
     "TaskConfig", "TeacherConfig", "TokenizerConfig", "TrackingConfig", "TrainConfig", "Uniform", "apply_overrides", "as_domain",
     "check_for_sweep", "default_params", "did_you_mean", "domain_candidates", "domain_draw", "error_lines", "format_error", "is_domain",
     "load_deepspeed_preset", "load_spec", "method_spaces", "param_error", "param_space_model", "parse_override", "spec_from_dict",
-    "space_from_state", "spec_to_dict", "teacher_config", "teacher_problems", "trial_count", "trial_count_problems", "validate_methods",
+    "space_from_state", "spec_to_dict", "teacher_config", "teacher_problems", "trial_count", "distinct_configurations", "search_problems", "trial_count_problems", "validate_methods",
 ]

@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from pipeline.config.domains import Domain, Grid
+from pipeline.config.domains import Choice, Domain, Grid, RandInt
 from pipeline.config.schema import DEFAULT_SHAPES, MAX_TRIALS, SweepSpec, TeacherConfig
 from pipeline.errors import SpecError
 
@@ -48,13 +48,58 @@ def trial_count(spec: SweepSpec) -> dict[str, int]:
     return counts
 
 
+def distinct_configurations(spec: SweepSpec) -> float:
+    """How many configurations the joint space holds: a number when every domain is a finite
+    list or integer range, infinity when a method has a float range (`search_problems` refuses a
+    budget the space cannot fill: the study would suggest repeats for ever)."""
+    total = 0.0
+    for space in spec.methods.values():
+        count = 1.0
+        for domain in space.domains().values():
+            if isinstance(domain, Grid | Choice):
+                count *= len({json.dumps(v, sort_keys=True, default=str) for v in domain.argument})
+            elif isinstance(domain, RandInt):
+                count *= int(domain.high) - int(domain.low)
+            else:
+                count = math.inf
+        total += count
+    return total
+
+
+def search_problems(spec: SweepSpec) -> list[str]:
+    """What `search.algorithm` and its budget cannot serve, given the methods: a grid capped below
+    its own size (the cap would drop configurations the grid promises), a budget larger than a
+    finite joint space holds (the study would suggest repeats for ever), or more trials than a
+    sweep may hold."""
+    search = spec.search
+    budget = search.num_configurations
+    if budget is None or not spec.methods:
+        return []
+    if not search.searching:
+        configurations = sum(trial_count(spec).values()) // len(spec.seeds)
+        if budget < configurations:
+            return [f"search.num_configurations: {budget} is smaller than the grid's {configurations} configurations; "
+                    f"a grid runs all of them: drop the field, shrink the grid, or search with algorithm random, tpe, motpe or nsga2"]
+        return []
+    held = distinct_configurations(spec)
+    if budget > held:
+        return [f"search.num_configurations: {budget} configurations asked, but the methods' domains hold only {held:g} "
+                f"distinct ones; ask for at most {held:g}, or give a parameter a wider domain"]
+    if budget * len(spec.seeds) > MAX_TRIALS:
+        return [f"search.num_configurations: {budget:,} configurations × {len(spec.seeds)} seed(s) is more than the "
+                f"{MAX_TRIALS:,} trials one sweep may hold"]
+    return []
+
+
 def trial_count_problems(spec: SweepSpec) -> list[str]:
     """A sweep of more than MAX_TRIALS trials is refused before any work: each trial is a training
     run, a results row and an MLflow run, and the trial list itself is built in memory."""
+    if spec.search.searching:
+        return search_problems(spec)
     counts = trial_count(spec)
     total = sum(counts.values())
     if total <= MAX_TRIALS:
-        return []
+        return search_problems(spec)
     sampled = spec.search.num_samples > 1 and any(
         not isinstance(d, Grid) for space in spec.methods.values() for d in space.domains().values())
     where = "search.num_samples" if sampled else "methods"

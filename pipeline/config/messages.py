@@ -7,9 +7,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from pydantic import (
-    BaseModel,
-)
+from pydantic import BaseModel
+from pydantic_core import PydanticCustomError
 
 
 def did_you_mean(word: str, known: Any, prefix: str = "") -> str:
@@ -37,12 +36,23 @@ def _known_keys(schema: type[BaseModel] | None, loc: tuple[Any, ...]) -> list[st
     return list(model.model_fields) if model is not None else []
 
 
+# the type of the error a section's own check raises about one of its fields (`field_problem`)
+FIELD_PROBLEM = "drydock_field_problem"
+
+
+def field_problem(field: str, message: str) -> PydanticCustomError:
+    """A section's check that reads several fields, blaming one: reported as `section.field: message`."""
+    return PydanticCustomError(FIELD_PROBLEM, "{message}", {"field": field, "message": message})
+
+
 def format_error(err: Mapping[str, Any], schema: type[BaseModel] | None = None, hint: str = "") -> str:
     """One pydantic error as `field.path: what was expected`. An unknown key is matched against
     the keys `schema` (the model the error's path starts at) takes there; `hint` ends a
     validator's own message (the loader's guess at a misspelt task name)."""
     loc = ".".join(str(p) for p in err["loc"]) or "(spec)"
     msg = err["msg"]
+    if err["type"] == FIELD_PROBLEM:
+        return f"{'.'.join([*map(str, err['loc']), err['ctx']['field']])}: {err['ctx']['message']}"
     if err["type"] == "extra_forbidden":
         *parent, key = tuple(err["loc"]) or ("",)
         hint = did_you_mean(key, _known_keys(schema, (*parent, key)), "".join(f"{p}." for p in parent))

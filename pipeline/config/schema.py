@@ -20,6 +20,7 @@ from typing import Annotated, Any, Literal, Self
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     ValidationError,
@@ -28,6 +29,7 @@ from pydantic import (
     model_validator,
 )
 
+from pipeline.config.messages import field_problem
 from pipeline.config.params import ParamSpace, method_spaces
 from pipeline.measure.runtimes import DEFAULT_RUNTIMES, EAGER, RuntimeName
 from pipeline.workdir import Counts
@@ -389,6 +391,27 @@ class AshaConfig(_Model):
     reduction_factor: Annotated[float, Field(gt=1)] = 2.0
 
 
+# `search.algorithm`: `grid` runs the fixed list of `pipeline.search.space`; the others ask an
+# Optuna study for one configuration at a time (`pipeline.search.searcher`), `random` being the
+# baseline the model-based ones are measured against (`benchmarks/search_efficiency.py`).
+Algorithm = Literal["grid", "random", "tpe", "motpe", "nsga2"]
+Objective = Literal["metric", "latency"]
+SINGLE_OBJECTIVE: frozenset[str] = frozenset({"tpe"})
+MULTI_OBJECTIVE: frozenset[str] = frozenset({"motpe", "nsga2"})
+_DURATION = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(s|m|h|d)?\s*")
+_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def _seconds(value: Any) -> Any:
+    """`search.time_budget` as written: seconds, or text such as "45m", "2h", "1.5d"."""
+    if isinstance(value, str):
+        match = _DURATION.fullmatch(value)
+        if match is None:
+            raise ValueError(f"expected seconds or a duration such as 90s, 45m, 2h, got {value!r}")
+        return float(match.group(1)) * _SECONDS[match.group(2) or "s"]
+    return value
+
+
 class SearchConfig(_Model):
     scheduler: Literal["fifo", "asha"] = "fifo"
     num_samples: Annotated[int, Field(gt=0, le=MAX_TRIALS)] = 1
@@ -396,6 +419,52 @@ class SearchConfig(_Model):
     asha: AshaConfig = AshaConfig()
     max_failures: NonNegInt = 1
     sample_seed: Seed = 0
+    algorithm: Annotated[Algorithm, ADDED_LATER] = "grid"
+    # configurations in all (every method together), each run once per seed; a model-based
+    # algorithm needs it, a grid may cap itself with it only at its own size
+    num_configurations: Annotated[Annotated[int, Field(gt=0, le=MAX_TRIALS)] | None, ADDED_LATER] = None
+    # no new configuration is asked for after this many seconds of search (the running ones finish)
+    time_budget: Annotated[Annotated[PositiveFloat | None, BeforeValidator(_seconds)], HOW_IT_RUNS] = None
+    # what a searching algorithm aims at: the task metric's seed mean (maximised) and the
+    # student's latency at the front shape and runtime (minimised); default: by algorithm
+    objectives: Annotated[list[Objective] | None, ADDED_LATER] = None
+
+    @model_validator(mode="after")
+    def _algorithm_fits(self) -> Self:
+        """What one algorithm can serve: the problems `drydock validate` names, one line each."""
+        algorithm, objectives = self.algorithm, self.objectives
+        if algorithm == "grid":
+            if objectives is not None:
+                raise field_problem("objectives", "the grid runs every configuration and aims at nothing; "
+                                 "set search.algorithm to random, tpe, motpe or nsga2 to search for them")
+            return self
+        if self.num_configurations is None:
+            raise field_problem("num_configurations", f"algorithm {algorithm} asks for one configuration at a time "
+                             "and needs a budget: how many configurations in all (each runs once per seed)")
+        if self.num_samples != 1:
+            raise field_problem("num_samples", f"counts draws per grid point of algorithm grid; algorithm {algorithm} "
+                             "is budgeted by search.num_configurations")
+        if objectives is not None and len(set(objectives)) != len(objectives):
+            raise field_problem("objectives", "must not repeat")
+        if algorithm in SINGLE_OBJECTIVE and objectives is not None and objectives != ["metric"]:
+            raise field_problem("objectives", f"{algorithm} optimises one objective, the task metric; "
+                             "use motpe or nsga2 for metric and latency together")
+        if algorithm in MULTI_OBJECTIVE and objectives is not None and sorted(objectives) != ["latency", "metric"]:
+            raise field_problem("objectives", f"{algorithm} searches the metric and latency together; "
+                             "use tpe for the metric alone")
+        return self
+
+    @property
+    def searching(self) -> bool:
+        """An Optuna study asks for the configurations (not the fixed grid)."""
+        return self.algorithm != "grid"
+
+    @property
+    def aims_at(self) -> tuple[Objective, ...]:
+        """The objectives the study is told, in its order: the metric first."""
+        if self.objectives is not None:
+            return tuple(o for o in ("metric", "latency") if o in self.objectives)
+        return ("metric",) if self.algorithm in SINGLE_OBJECTIVE else ("metric", "latency")
 
 
 class DeepSpeedConfig(_Model):

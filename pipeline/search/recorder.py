@@ -371,7 +371,7 @@ class SweepRecorder(tune.Callback):
         """The trial's row, on the table thread, before and whatever happens to its MLflow run."""
         status, outcome = self._outcome(t, error, last, stopped)
         row = results_table.trial_row(t.key, t.method, t.seed, t.params.model_dump(mode="json"), status, outcome, error=outcome.get("error"),
-                                      metric_name=self.metric_name)
+                                      metric_name=self.metric_name, suggestion=t.order)
         with self.table_lock:
             results_table.upsert(self.paths.results, [row])
             self._publish()

@@ -34,12 +34,13 @@ class Trial:
     it is to Tune, the trial's driver, its Train workers and the method. The parameters travel
     sealed (`pipeline.search.sealed`): the driver reads only the key."""
 
-    __slots__ = ("config_id", "method", "seed", "_params")
+    __slots__ = ("config_id", "method", "order", "seed", "_params")
 
-    def __init__(self, method: str, params: MethodParams, seed: int, config_id: str) -> None:
+    def __init__(self, method: str, params: MethodParams, seed: int, config_id: str, *, order: int | None = None) -> None:
         self.method = method
         self.seed = seed
         self.config_id = config_id  # same for every seed of one configuration
+        self.order = order  # the configuration's place in the order of suggestion (1 first; grid: list order)
         self._params = Sealed(params)
 
     @property
@@ -52,7 +53,7 @@ class Trial:
         return trial_key(self.method, self.config_id, self.seed)
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (_travelled, (self.method, self._params, self.seed, self.config_id))
+        return (_travelled, (self.method, self._params, self.seed, self.config_id, self.order))
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Trial) and (self.key, self.params) == (other.key, other.params)
@@ -67,9 +68,10 @@ class Trial:
         return f"Trial({self.method!r}, {self.params!r}, {self.seed}, {self.config_id!r})"
 
 
-def _travelled(method: str, params: Sealed[MethodParams], seed: int, config_id: str) -> Trial:
+def _travelled(method: str, params: Sealed[MethodParams], seed: int, config_id: str, order: int | None = None) -> Trial:
+    """A pickled Trial (one pickled before trials had an order has none)."""
     trial = Trial.__new__(Trial)
-    trial.method, trial._params, trial.seed, trial.config_id = method, params, seed, config_id
+    trial.method, trial._params, trial.seed, trial.config_id, trial.order = method, params, seed, config_id, order
     return trial
 
 
@@ -103,6 +105,19 @@ def config_id(method: str, params: MethodParams) -> str:
     return hashlib.sha256(json.dumps([method, dumped], sort_keys=True, default=str).encode()).hexdigest()[:8]
 
 
+def validated_params(method: str, model: type[MethodParams], values: dict[str, Any], searched: dict[str, Any]) -> MethodParams:
+    """One configuration validated into its method's Params; a SpecError names the searched values
+    when a value inside the spec's bounds still fails (the spec checked the bounds: `ParamSpace`)."""
+    try:
+        return model.model_validate(values)
+    except ValidationError as e:
+        given = ", ".join(f"{k}={v!r}" for k, v in searched.items())
+        raise SpecError([
+            f"{'.'.join(['methods', method, *map(str, err['loc'])])}: {param_error(err)} (with {given})"
+            for err in e.errors()
+        ]) from None
+
+
 def method_configurations(method: str, space: ParamSpace, num_samples: int, rng: random.Random) -> list[MethodParams]:
     """Grid points × samples of the random domains, each validated into the method's Params."""
     fixed = space.fixed()
@@ -115,14 +130,7 @@ def method_configurations(method: str, space: ParamSpace, num_samples: int, rng:
         point = {**fixed, **dict(zip(grids, combo))}
         for _ in range(num_samples if randoms else 1):
             drawn = {k: cast(Sampled, d).sample(rng) for k, d in randoms.items()}
-            try:
-                params = model.model_validate({**point, **drawn})
-            except ValidationError as e:  # the spec checked the bounds (ParamSpace); a draw inside may still fail
-                searched = ", ".join(f"{k}={v!r}" for k, v in {**dict(zip(grids, combo)), **drawn}.items())
-                raise SpecError([
-                    f"{'.'.join(['methods', method, *map(str, err['loc'])])}: {param_error(err)} (with {searched})"
-                    for err in e.errors()
-                ]) from None
+            params = validated_params(method, model, {**point, **drawn}, {**dict(zip(grids, combo)), **drawn})
             ident = json.dumps(params.model_dump(mode="json"), sort_keys=True)
             if ident not in seen:
                 seen.add(ident)
@@ -133,8 +141,9 @@ def method_configurations(method: str, space: ParamSpace, num_samples: int, rng:
 def expand_trials(spec: SweepSpec) -> list[Trial]:
     rng = random.Random(spec.search.sample_seed)
     trials: list[Trial] = []
+    order = 0
     for method in spec.methods:  # spec order: the user's order is the table's order
         for params in method_configurations(method, spec.methods[method], spec.search.num_samples, rng):
-            cid = config_id(method, params)
-            trials.extend(Trial(method, params, seed, cid) for seed in spec.seeds)
+            cid, order = config_id(method, params), order + 1
+            trials.extend(Trial(method, params, seed, cid, order=order) for seed in spec.seeds)
     return trials

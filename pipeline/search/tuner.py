@@ -1,7 +1,8 @@
 """The sweep's one `Tuner`: its trainable, its scheduler and its time axis, new or restored.
 
 One Tuner grids over the concrete trial list of `pipeline.search.space` (every method together,
-and a restored sweep sees exactly the same trials). Its trainable is the thin trial driver of
+and a restored sweep sees exactly the same trials), or, when the spec names a searching
+algorithm, takes its trials from `pipeline.search.searcher` one at a time. Its trainable is the thin trial driver of
 `pipeline.search.driver`, which reserves no CPU: the trial's Train workers hold the resources.
 Why the driver's reservation and the actor reuse are set as they are: `docs/search-on-ray.md`.
 Beside the caller's callback (the recorder) it attaches `SweepProgress`, which shows the search
@@ -20,6 +21,7 @@ from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, TrialScheduler
 from pipeline.config import SweepSpec
 from pipeline.search.driver import SearchContext, trial_driver
 from pipeline.search.recorder import stand_in_callback
+from pipeline.search.searcher import ConfigurationSearcher
 from pipeline.search.space import Trial, key_of
 from pipeline.search.state import RunStorage, SweepRun
 from pipeline.search.trial_table import SweepBoard
@@ -58,17 +60,27 @@ def make_tuner(
     callback: tune.Callback,
     run: SweepRun,
     log: Callable[[str], None],
+    searcher: ConfigurationSearcher | None = None,
 ) -> tune.Tuner:
-    """A new Tuner, or, resuming, the interrupted one restored (its finished trials are kept)."""
+    """A new Tuner, or, resuming, the interrupted one restored (its finished trials are kept).
+    `trials`: the grid's fixed list; with a `searcher` (`search.algorithm` other than grid) it
+    is empty and the searcher asks its study for the configurations as trials end."""
     trainable = tune.with_resources(tune.with_parameters(trial_driver, shared=context), DRIVER_RESOURCES)
-    # the trials themselves: Tune's variant generator copies and pickles them, never reads them
-    param_space: dict[str, Any] = {"trial": tune.grid_search(list(trials))}
-    progress = SweepProgress(len(trials), context.metric_key)
+    if searcher is None:
+        # the trials themselves: Tune's variant generator copies and pickles them, never reads them
+        param_space: dict[str, Any] = {"trial": tune.grid_search(list(trials))}
+        total, samples = len(trials), 1
+    else:  # the searcher hands Tune one trial at a time, each configuration once per seed
+        param_space, samples = {}, (spec.search.num_configurations or 0) * len(spec.seeds)
+        total = samples
+    progress = SweepProgress(total, context.metric_key, searcher)
     if run.resuming and tune.Tuner.can_restore(storage.experiment_path):
         log(f"resume: continuing run {run.paths.run_id} (finished trials are kept)")
         tuner = tune.Tuner.restore(storage.experiment_path, trainable=trainable, resume_errored=True, param_space=param_space)
         assert tuner._local_tuner is not None  # a local Tuner, not a Ray Client one
         tuner._local_tuner._run_config.callbacks = [callback, progress]  # callbacks are not restored: attach ours again
+        if searcher is not None:  # tuner.pkl holds a stand-in (`ConfigurationSearcher.__reduce__`); Tune restores its records into this one
+            tuner._local_tuner._tune_config.search_alg = searcher
         return tuner
     return tune.Tuner(
         trainable,
@@ -76,7 +88,7 @@ def make_tuner(
         # Tune reuses a finished trial's actor for the next trial, but not safely one a scheduler
         # stopped (docs/search-on-ray.md): only FIFO never stops a trial mid-run.
         tune_config=tune.TuneConfig(scheduler=scheduler(spec, context.metric_key), max_concurrent_trials=concurrency,
-                                    reuse_actors=spec.search.scheduler == "fifo"),
+                                    reuse_actors=spec.search.scheduler == "fifo", search_alg=searcher, num_samples=samples),
         run_config=tune.RunConfig(
             name=storage.tune_name, storage_path=storage.root, callbacks=[callback, progress],
             # Train retries lost workers inside a trial; Tune retries a trial whose driver died
@@ -98,8 +110,9 @@ class SweepProgress(tune.Callback):
     done/running/pending counts), one per evaluation, and a heartbeat per running trial silent
     for `HEARTBEAT_S`; nothing under `drydock -q` (`pipeline.training.step_bar.display_mode`)."""
 
-    def __init__(self, total: int, metric_key: str) -> None:
+    def __init__(self, total: int, metric_key: str, searcher: ConfigurationSearcher | None = None) -> None:
         self.board = SweepBoard(total, metric_key)
+        self.searcher = searcher  # a searching algorithm's: its told configurations and front are shown too
         self.mode = display_mode()
         self.live: Any = None
         self.synced = False
@@ -142,6 +155,8 @@ class SweepProgress(tune.Callback):
     def on_trial_complete(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
         self.board.ended(_key(trial))
         self._say(self.board.counts().text())
+        if self.searcher is not None:
+            self._say(self.searcher.progress_text())
 
     def on_trial_error(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
         self.on_trial_complete(iteration, trials, trial)

@@ -29,7 +29,7 @@ ROOMS_ALLOWED: dict[str, set[str]] = {
     "tracking": {"errors", "storage", "config", "results"},
     "prepare": {"errors", "config", "methods"},  # methods.base's TaskInfo only (see METHODS_PUBLIC)
     "training": {"errors", "config", "prepare", "methods"},
-    "search": {"errors", "storage", "config", "prepare", "training", "tracking", "results", "methods"},
+    "search": {"errors", "storage", "config", "prepare", "training", "measure", "tracking", "results", "methods"},
     "measure": {"errors", "storage", "config", "prepare"},  # never select: it chooses from what measure measured
     "select": {"errors", "storage", "config", "prepare", "measure", "results", "tracking", "methods"},
     "sweep": {"errors", "storage", "config", "prepare", "training", "search", "measure", "select", "tracking", "results", "methods"},

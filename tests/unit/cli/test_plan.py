@@ -74,6 +74,18 @@ def test_the_plan_counts_trials_steps_and_the_teachers_steps(tmp_path):
     assert plan.parallel == 1  # a trial holds 2 workers × 1 CPU; this machine has 2
 
 
+def test_a_searching_plan_states_the_algorithm_and_budget_and_estimates_its_trials(tmp_path):
+    search = {"algorithm": "tpe", "num_configurations": 7, "time_budget": "90m"}
+    plan = plan_sweep(load_spec(write_spec(tmp_path, search=search)), cpus=2)
+    assert plan.search == ("tpe over finetune, kd: 7 configuration(s) in all, each once per seed, aiming at metric; "
+                           "no new configuration after 1.5 h")
+    assert (plan.configurations, plan.trials) == (7, 14)  # × 2 seeds; which methods the study picks is not known
+    text = format_plan(plan)
+    assert "  search:   tpe over finetune, kd" in text and "  trials:   14 (7 configuration(s) × 2 seed(s))" in text
+    assert all(m.configurations == 0 and m.trials == 0 for m in plan.methods)
+    assert plan_sweep(load_spec(write_spec(tmp_path)), cpus=2).search == ""
+
+
 def test_the_time_estimate_follows_its_documented_formula(tmp_path):
     plan = plan_sweep(load_spec(write_spec(tmp_path)), cpus=2)
     layer = layer_params(32, 64)

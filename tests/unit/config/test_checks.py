@@ -96,3 +96,49 @@ def test_zero_3_is_refused_only_for_methods_whose_ranks_run_different_modules():
     assert spec_from_dict(raw, [*zero_3, "resources.workers_per_trial=1"]).resources.deepspeed.zero_stage == 3
     assert spec_from_dict(raw, ["resources.strategy=deepspeed", "resources.deepspeed.zero_stage=2",
                                 "resources.workers_per_trial=2"]).resources.deepspeed.zero_stage == 2
+
+
+# ----------------------------------------------------------------------------------------------
+# search.algorithm: what each algorithm can serve, one line naming the field
+# ----------------------------------------------------------------------------------------------
+
+def _searching(algorithm: str, methods: dict | None = None, **search) -> dict:
+    from tests.unit.config.minimal import MINIMAL
+
+    return {**MINIMAL, "methods": methods or {"kd": {"num_layers": {"randint": [1, 5]}, "alpha": {"uniform": [0.1, 0.9]}}},
+            "search": {"algorithm": algorithm, **search}}
+
+
+@pytest.mark.parametrize("algorithm,search,expected", [
+    ("tpe", {"num_configurations": 10, "objectives": ["metric", "latency"]},
+     "search.objectives: tpe optimises one objective, the task metric; use motpe or nsga2 for metric and latency together"),
+    ("motpe", {"num_configurations": 10, "objectives": ["metric"]},
+     "search.objectives: motpe searches the metric and latency together; use tpe for the metric alone"),
+    ("tpe", {}, "search.num_configurations: algorithm tpe asks for one configuration at a time and needs a budget: "
+                "how many configurations in all (each runs once per seed)"),
+    ("random", {"num_configurations": 4, "num_samples": 3},
+     "search.num_samples: counts draws per grid point of algorithm grid; algorithm random is budgeted by search.num_configurations"),
+    ("grid", {"objectives": ["metric"]}, "search.objectives: the grid runs every configuration and aims at nothing; "
+                                          "set search.algorithm to random, tpe, motpe or nsga2 to search for them"),
+])
+def test_an_algorithm_that_cannot_serve_what_is_asked_is_refused_in_one_line(algorithm, search, expected):
+    from tests.unit.config.minimal import problems
+
+    assert problems(_searching(algorithm, **search)) == [expected]
+
+
+def test_a_grid_capped_below_its_size_and_a_budget_beyond_a_finite_space_are_refused():
+    from pipeline.config import spec_from_dict
+    from tests.unit.config.minimal import MINIMAL, problems
+
+    assert problems({**MINIMAL, "search": {"num_configurations": 1}}) == [
+        "search.num_configurations: 1 is smaller than the grid's 2 configurations; a grid runs all of them: drop the field, "
+        "shrink the grid, or search with algorithm random, tpe, motpe or nsga2"]
+    assert spec_from_dict({**MINIMAL, "search": {"num_configurations": 2}}).search.num_configurations == 2
+    finite = {"kd": {"num_layers": {"randint": [1, 4]}}, "theseus": {"num_layers": {"choice": [2, 3]}}}  # 3 + 2
+    assert problems(_searching("tpe", finite, num_configurations=6)) == [
+        "search.num_configurations: 6 configurations asked, but the methods' domains hold only 5 distinct ones; "
+        "ask for at most 5, or give a parameter a wider domain"]
+    assert spec_from_dict(_searching("tpe", finite, num_configurations=5)).search.aims_at == ("metric",)
+    spec = spec_from_dict(_searching("nsga2", num_configurations=500, time_budget="2h"))
+    assert spec.search.aims_at == ("metric", "latency") and spec.search.time_budget == 7200.0

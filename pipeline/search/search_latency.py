@@ -1,0 +1,65 @@
+"""The student's latency as the search sees it: the second objective of a multi-objective study,
+known when a configuration is told, long before the select stage times the front interleaved.
+
+Each configuration is timed from its first seed's export, loaded as a consumer loads it, at the
+selection's front shape on its device, by the measure stage's engine (`measure_folder`: warm-up,
+then timed passes until the median is stable) over a short window. Students of one architecture
+take the same time whatever their weights, so the figure is cached per architecture (the shape
+fields of the export's config.json): a dense student of a depth already timed costs nothing, and
+a pruned CoFi student, whose shape its training decided, is timed once its export exists. The
+select stage still re-measures the front, interleaved with the teacher; the report compares the
+two rankings (Spearman), so a search that ran beside busy trials says how far it could trust
+its latencies.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+from pipeline.config import LatencyConfig
+from pipeline.measure.latency import measure_folder
+from pipeline.search.outcome import OUTCOME_FILE, read_outcome
+from pipeline.search.space import Trial
+from pipeline.storage import WorkStore
+from pipeline.workdir import STUDENT_DIR
+
+# config.json fields that say nothing of a model's shape (names, labels, versions)
+_NOT_SHAPE = {"_name_or_path", "architectures", "id2label", "label2id", "transformers_version", "torch_dtype", "dtype",
+              "auto_map", "finetuning_task", "problem_type"}
+SEARCH_WINDOW_S = 0.5  # seconds of timed passes per architecture, at least (the select stage times 2 s and more)
+
+
+def architecture(folder: Path) -> str:
+    """A digest of the export's shape: equal for students that differ only in their weights."""
+    config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    shape = {k: v for k, v in config.items() if k not in _NOT_SHAPE}
+    return hashlib.sha256(json.dumps(shape, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+class SearchLatency:
+    """Milliseconds per forward pass of a configuration's student (p50 at the front shape)."""
+
+    def __init__(self, store: WorkStore, trials_dir: str, settings: LatencyConfig, window_s: float = SEARCH_WINDOW_S) -> None:
+        self.store, self.trials_dir = store, trials_dir
+        self.settings = settings.model_copy(update={"min_seconds": window_s, "min_runs": min(settings.min_runs, 5)})
+        self.by_architecture: dict[str, float] = {}
+        self.by_configuration: dict[str, float] = {}
+
+    def __call__(self, trial: Trial) -> float:
+        key = f"{self.trials_dir}/{trial.key}"
+        self.store.fetch(f"{key}/{OUTCOME_FILE}", fresh=True)
+        outcome: dict[str, Any] = read_outcome(self.store.path(key)) or {}
+        student = outcome.get("student_path") or f"{key}/{STUDENT_DIR}"
+        latency = self.of_folder(self.store.localize(student, fresh=True))
+        self.by_configuration[trial.config_id] = latency
+        return latency
+
+    def of_folder(self, folder: Path) -> float:
+        """A saved model's p50, timed once per architecture."""
+        shape = architecture(folder)
+        if shape not in self.by_architecture:
+            self.by_architecture[shape] = measure_folder(folder, self.settings).p50_ms
+        return self.by_architecture[shape]

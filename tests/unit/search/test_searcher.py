@@ -1,0 +1,159 @@
+"""The study searcher, driven the way Tune drives it (suggest, results, complete, snapshot):
+paired seeds, what the study is told, the budget, and a resume from a snapshot."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+from ray.tune.search import Searcher
+
+from pipeline.config import spec_from_dict
+from pipeline.search.searcher import ConfigurationSearcher
+
+METRIC = "eval/accuracy"
+
+
+def spec(algorithm: str = "motpe", budget: int = 4, seeds=(0, 1), **search):
+    return spec_from_dict({
+        "name": "s",
+        "task": {"name": "sst2", "source": "glue_dir", "glue_dir": "/data/glue"},
+        "teacher": {"model": "bert-base-uncased"},
+        "seeds": list(seeds),
+        "methods": {"kd": {"num_layers": {"randint": [1, 5]}, "alpha": {"uniform": [0.1, 0.9]}},
+                    "theseus": {"num_layers": {"choice": [2, 3]}, "base_rate": {"uniform": [0.3, 0.7]}}},
+        "search": {"algorithm": algorithm, "num_configurations": budget, **search},
+    })
+
+
+def searcher(tmp_path: Path, s=None, latency=lambda trial: 10.0 * (trial.params.num_layers or 6)):
+    return ConfigurationSearcher(s or spec(), METRIC, str(tmp_path / "study.journal"), latency=latency)
+
+
+def final(value: float) -> dict:
+    return {"drydock_final": 1.0, METRIC: value}
+
+
+def stored(tmp_path: Path) -> optuna.Study:
+    return optuna.load_study(study_name="s", storage=optuna.storages.JournalStorage(
+        optuna.storages.journal.JournalFileBackend(str(tmp_path / "study.journal"))))
+
+
+def test_each_configuration_runs_once_per_seed_back_to_back_and_is_told_its_seed_mean_and_latency(tmp_path):
+    s = searcher(tmp_path)
+    first, second, third = (s.suggest(f"t{i}")["trial"] for i in range(3))
+    # a configuration's seeds are suggested one after another: same configuration, the spec's seeds
+    assert first.config_id == second.config_id and [first.seed, second.seed] == [0, 1]
+    assert third.config_id != first.config_id and third.seed == 0
+    assert first.params == second.params and first.order == second.order == 1 and third.order == 2
+    s.on_trial_complete("t0", final(0.8))
+    assert stored(tmp_path).trials[0].state == TrialState.RUNNING  # told only when its last seed ends
+    s.on_trial_complete("t1", final(0.6))
+    told = stored(tmp_path).trials[0]
+    assert told.state == TrialState.COMPLETE
+    assert told.values == pytest.approx([0.7, 10.0 * first.params.num_layers])
+    assert told.user_attrs == {"config_id": first.config_id, "order": 1}
+
+
+def test_a_configuration_asha_stopped_is_pruned_with_its_last_value_and_one_that_failed_is_failed(tmp_path):
+    s = searcher(tmp_path, spec("tpe", budget=3))
+    for i in range(6):
+        s.suggest(f"t{i}")
+    s.on_trial_result("t0", {METRIC: 0.55, "progress": 0.5})
+    s.on_trial_result("t1", {METRIC: 0.65, "progress": 0.5})
+    s.on_trial_complete("t0", {METRIC: 0.55, "progress": 0.5})  # no final report: the scheduler stopped it
+    s.on_trial_complete("t1", final(0.9))
+    s.on_trial_complete("t2", final(0.7))
+    s.on_trial_complete("t3", final(math.nan))  # its training failed; the driver reports NaN
+    s.on_trial_complete("t4", final(0.6))
+    s.on_trial_complete("t5", None, error=True)
+    trials = stored(tmp_path).trials
+    assert [t.state for t in trials] == [TrialState.PRUNED, TrialState.FAIL, TrialState.FAIL]
+    # TPE ranks a pruned trial by its last intermediate value: the mean of its seeds' last reports
+    assert trials[0].intermediate_values == {1: pytest.approx(0.6)}  # one report per seed
+
+
+def test_the_budget_counts_configurations_and_the_searcher_finishes_after_handing_out_their_seeds(tmp_path):
+    s = searcher(tmp_path, spec("random", budget=2, seeds=(0, 1, 2)))
+    handed = [s.suggest(f"t{i}") for i in range(6)]
+    assert len({h["trial"].config_id for h in handed}) == 2
+    assert sorted((h["trial"].config_id, h["trial"].seed) for h in handed) == sorted(
+        (cid, seed) for cid in {h["trial"].config_id for h in handed} for seed in (0, 1, 2))
+    assert s.suggest("t6") == Searcher.FINISHED
+
+
+def test_a_repeated_suggestion_is_told_the_result_already_known_and_does_not_count(tmp_path):
+    s = spec_from_dict({**spec("random", budget=2).model_dump(mode="json"),
+                        "methods": {"kd": {"num_layers": {"choice": [1, 2]}}}})
+    srch = searcher(tmp_path, s)
+    a = srch.suggest("t0")["trial"]
+    srch.suggest("t1")
+    srch.on_trial_complete("t0", final(0.5))
+    srch.on_trial_complete("t1", final(0.7))
+    handed = [srch.suggest(f"t{i}") for i in range(2, 4)]
+    second = handed[0]["trial"]
+    assert second.config_id != a.config_id and srch.suggest("t9") == Searcher.FINISHED
+    study = stored(tmp_path)
+    repeats = [t for t in study.trials if t.number > 0 and t.params["kd.num_layers"] == a.params.num_layers]
+    assert all(t.state == TrialState.COMPLETE and t.values[0] == pytest.approx(0.6) for t in repeats)
+    assert len(srch.configs) == 2
+
+
+def test_a_resumed_searcher_continues_the_same_study_without_repeating_or_losing_a_configuration(tmp_path):
+    s = searcher(tmp_path, spec("motpe", budget=3))
+    for i in range(4):
+        s.suggest(f"t{i}")
+    s.on_trial_complete("t0", final(0.8))
+    s.on_trial_complete("t1", final(0.8))
+    s.save(str(tmp_path / "snapshot.pkl"))
+    s.suggest("t4")  # asked after the snapshot: its configuration never reached Tune
+    asked_before_kill = {c.config_id for c in (s.configs[k].trial for k in s.configs)}
+
+    again = searcher(tmp_path, spec("motpe", budget=3))
+    again.restore(str(tmp_path / "snapshot.pkl"))
+    again.on_trial_complete("t2", final(0.7))
+    again.on_trial_complete("t3", final(0.9))
+    handed = [again.suggest(f"r{i}") for i in range(3)]
+    assert handed[2] == Searcher.FINISHED
+    cids = [c.trial.config_id for c in sorted(again.configs.values(), key=lambda c: c.order)]
+    assert len(cids) == len(set(cids)) == 3
+    assert set(cids[:2]) <= asked_before_kill
+    states = [t.state for t in stored(tmp_path).trials]
+    # the two configurations of the snapshot are complete; the lost ask is failed, not counted
+    assert states[:2] == [TrialState.COMPLETE, TrialState.COMPLETE] and states[2] == TrialState.FAIL
+    assert states[3] == TrialState.RUNNING and len(states) == 4
+
+
+def test_a_student_whose_latency_cannot_be_measured_fails_its_configuration(tmp_path):
+    def broken(trial):
+        raise RuntimeError("no student folder")
+
+    s = searcher(tmp_path, latency=broken)
+    s.suggest("t0"), s.suggest("t1")
+    s.on_trial_complete("t0", final(0.8))
+    s.on_trial_complete("t1", final(0.8))
+    assert stored(tmp_path).trials[0].state == TrialState.FAIL
+
+
+def test_hypervolume_of_a_two_point_front_is_the_union_of_their_rectangles():
+    from pipeline.search.searcher import hypervolume
+
+    # (metric, latency) against reference (0.5, 10): 0.9@8 covers 0.4×2 = 0.8; 0.7@2 adds 0.2×6 = 1.2
+    assert hypervolume([(0.9, 8.0), (0.7, 2.0)], (0.5, 10.0)) == pytest.approx(0.8 + 1.2)
+    assert hypervolume([(0.9, 8.0), (0.7, 2.0), (0.6, 9.0)], (0.5, 10.0)) == pytest.approx(2.0)  # dominated: nothing
+    assert hypervolume([(0.4, 1.0), (0.9, 11.0)], (0.5, 10.0)) == 0.0  # outside the reference
+
+
+def test_the_progress_line_counts_told_configurations_and_the_fronts_hypervolume(tmp_path):
+    s = searcher(tmp_path, latency=lambda trial: {0.8: 4.0, 0.6: 2.0, 0.5: 6.0}[s.pending_metric])
+    s.reference = (0.0, 10.0)
+    for i, metric in enumerate((0.8, 0.6, 0.5)):
+        s.suggest(f"a{i}"), s.suggest(f"b{i}")
+        s.pending_metric = metric
+        s.on_trial_complete(f"a{i}", final(metric))
+        s.on_trial_complete(f"b{i}", final(metric))
+    # front: 0.8@4 and 0.6@2 (0.5@6 is dominated): 0.6×2 + 0.8×6 = 6.0
+    assert s.progress_text() == "search: 3 of 4 configurations told (3 complete, 0 pruned, 0 failed); front of 2, hypervolume 6"

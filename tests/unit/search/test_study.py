@@ -1,0 +1,57 @@
+"""The study file: one sampler per algorithm, reopened where a killed run left it."""
+
+from __future__ import annotations
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from pipeline.config import spec_from_dict
+from pipeline.search import study as studies
+
+
+def _spec(algorithm: str, budget: int = 40):
+    return spec_from_dict({
+        "name": "st", "task": {"name": "sst2", "source": "glue_dir", "glue_dir": "/data/glue"},
+        "teacher": {"model": "bert-base-uncased"}, "methods": {"kd": {"alpha": {"uniform": [0.1, 0.9]}}},
+        "search": {"algorithm": algorithm, "num_configurations": budget},
+    })
+
+
+@pytest.mark.parametrize("algorithm,kind", [("random", "RandomSampler"), ("tpe", "TPESampler"), ("motpe", "TPESampler"),
+                                            ("nsga2", "NSGAIISampler")])
+def test_each_algorithm_has_its_sampler_and_nsga2_generations_fit_the_budget(algorithm, kind):
+    sampler = studies.sampler(algorithm, seed=0, budget=40)
+    assert type(sampler).__name__ == kind
+    if algorithm == "nsga2":
+        assert sampler._population_size == 10  # a quarter of 40: the default 50 would leave it all random
+    if kind == "TPESampler":
+        assert sampler._n_startup_trials == 10 and studies.sampler(algorithm, 0, 12)._n_startup_trials == 3
+
+
+def test_a_reopened_study_keeps_its_trials_and_does_not_replay_its_first_draws(tmp_path):
+    spec = _spec("random")
+    first = studies.open_study(spec, tmp_path / "study.journal", ("metric", "latency"))
+    draws = []
+    for _ in range(3):
+        trial = first.ask()
+        draws.append(trial.suggest_float("kd.alpha", 0.1, 0.9))
+    first.tell(0, [0.8, 3.0])
+    again = studies.open_study(spec, tmp_path / "study.journal", ("metric", "latency"))
+    assert [t.state for t in again.trials] == [TrialState.COMPLETE, TrialState.RUNNING, TrialState.RUNNING]
+    assert again.trials[0].values == [0.8, 3.0]
+    assert again.ask().suggest_float("kd.alpha", 0.1, 0.9) not in draws
+
+
+def test_pruned_takes_the_last_value_in_one_objective_and_none_in_two(tmp_path):
+    one = studies.open_study(_spec("tpe"), tmp_path / "one.journal", ("metric",))
+    one.ask()
+    studies.tell_pruned(one, 0, 0.6, step=3)
+    two = studies.open_study(_spec("motpe"), tmp_path / "two.journal", ("metric", "latency"))
+    two.ask()
+    studies.tell_pruned(two, 0, 0.6, step=3)
+    assert (one.trials[0].state, one.trials[0].intermediate_values) == (TrialState.PRUNED, {3: 0.6})
+    assert (two.trials[0].state, two.trials[0].intermediate_values) == (TrialState.PRUNED, {})
+    studies.tell_pruned(one, 0, 0.9, step=4)  # told already: nothing changes
+    assert one.trials[0].intermediate_values == {3: 0.6}
+    assert isinstance(one, optuna.Study)
