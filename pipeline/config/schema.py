@@ -427,7 +427,7 @@ class SearchConfig(_Model):
     time_budget: Annotated[Annotated[PositiveFloat | None, BeforeValidator(_seconds)], HOW_IT_RUNS] = None
     # what a searching algorithm aims at: the task metric's seed mean (maximised) and the
     # student's latency at the front shape and runtime (minimised); default: by algorithm
-    objectives: Annotated[list[Objective] | None, ADDED_LATER] = None
+    objectives: Annotated[Annotated[list[Objective], Field(min_length=1)] | None, ADDED_LATER] = None
 
     @model_validator(mode="after")
     def _algorithm_fits(self) -> Self:
@@ -437,6 +437,9 @@ class SearchConfig(_Model):
             if objectives is not None:
                 raise field_problem("objectives", "the grid runs every configuration and aims at nothing; "
                                  "set search.algorithm to random, tpe, motpe or nsga2 to search for them")
+            if self.time_budget is not None:
+                raise field_problem("time_budget", "the grid runs every configuration of its fixed list; a time budget "
+                                    "needs a searching algorithm (random, tpe, motpe or nsga2)")
             return self
         if self.num_configurations is None:
             raise field_problem("num_configurations", f"algorithm {algorithm} asks for one configuration at a time "

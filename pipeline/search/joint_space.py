@@ -7,7 +7,7 @@ values have no order the searcher could exploit any more than a choice's), `unif
 `loguniform` are floats, `randint` is `[low, high)` like its draw in `pipeline.search.space`. The
 suggested values are validated by the method's own `Params`, once, as `space.method_configurations`
 validates a drawn configuration; the configuration id is `space.config_id`'s, so a configuration a
-study suggests and the same one a grid draws are one configuration (`search.warm_start` relies on it).
+study suggests and the same one a grid draws are one configuration.
 """
 
 from __future__ import annotations

@@ -7,9 +7,9 @@ then timed passes until the median is stable) over a short window. Students of o
 take the same time whatever their weights, so the figure is cached per architecture (the shape
 fields of the export's config.json): a dense student of a depth already timed costs nothing, and
 a pruned CoFi student, whose shape its training decided, is timed once its export exists. The
-select stage still re-measures the front, interleaved with the teacher; the report compares the
-two rankings (Spearman), so a search that ran beside busy trials says how far it could trust
-its latencies.
+select stage still re-measures the front, interleaved with the teacher, in every runtime of
+`selection.runtimes`: these figures only steer the search (timed beside running trials, they are
+noisier than the select stage's).
 """
 
 from __future__ import annotations

@@ -36,6 +36,7 @@ from typing import Any
 from ray.tune.search import Searcher
 
 from pipeline.config import SweepSpec
+from pipeline.errors import SpecError
 from pipeline.measure.interleaved import Candidate, Interval, dominates
 from pipeline.search import study as studies
 from pipeline.search.driver import SearchContext
@@ -98,10 +99,10 @@ class ConfigurationSearcher(Searcher):
     """Asks the study for configurations and runs each once per seed (see the module's docstring)."""
 
     def __init__(self, spec: SweepSpec, metric_key: str, study_path: str,
-                 latency: Callable[[Trial], float] | None = None, on_told: Callable[[], None] | None = None) -> None:
+                 latency: Callable[[Trial], float] | None = None, publish: Callable[[], None] | None = None) -> None:
         super().__init__(metric=None, mode=None)  # Tune checks no metric of ours in every result
         self.spec, self.metric_key, self.study_path = spec, metric_key, study_path
-        self.latency, self.on_told = latency, on_told
+        self.latency, self.publish = latency, publish
         self.objectives = spec.search.aims_at
         self.seeds = list(spec.seeds)
         self.budget = spec.search.num_configurations or 0
@@ -170,6 +171,9 @@ class ConfigurationSearcher(Searcher):
             config.ended[seed] = "failed"
         elif not (result or {}).get(FINAL):
             config.ended[seed] = "stopped"  # the scheduler ended it before its driver's last report
+            if isinstance(value, int | float) and math.isfinite(value):  # the report it was stopped on reaches only here
+                config.last[seed] = float(value)
+                config.steps[seed] = config.steps.get(seed, 0) + 1
         elif isinstance(value, int | float) and math.isfinite(value):
             config.ended[seed], config.values[seed] = "finished", float(value)
         else:
@@ -192,7 +196,12 @@ class ConfigurationSearcher(Searcher):
             if self._out_of_budget():
                 return False
             asked = self.study.ask()
-            method, params = suggest_configuration(asked, self.spec)
+            try:
+                method, params = suggest_configuration(asked, self.spec)
+            except SpecError as e:  # values each inside their domain that the method refuses together
+                logger.warning("search: suggestion %d refused by its method (%s); told failed", asked.number, "; ".join(e.problems))
+                studies.tell_failed(self.study, asked.number)
+                continue
             cid = config_id(method, params)
             if cid in self.configs:  # a repeat: the study learns the result it already has, or will
                 self._repeat(self.configs[cid], asked.number)
@@ -203,6 +212,7 @@ class ConfigurationSearcher(Searcher):
             trial = Trial(method, params, self.seeds[0], cid, order=order)
             self.configs[cid] = Configuration(number=asked.number, order=order, trial=trial)
             self.queue.extend((cid, seed) for seed in self.seeds)
+            self._publish()  # the work location's study holds every ask a snapshot of Tune's can name
             return True
         logger.warning("search: %d suggestions in a row repeated configurations already asked; the space "
                        "looks exhausted after %d configurations", MAX_REPEATS, len(self.configs))
@@ -227,9 +237,20 @@ class ConfigurationSearcher(Searcher):
                 config.latency_ms = self._latency(config)
                 config.told = "complete" if config.latency_ms is not None else "failed"
         for number in (config.number, *config.aliases):
-            self._tell_one(config, number)
-        if self.on_told is not None:
-            self.on_told()
+            try:
+                self._tell_one(config, number)
+            except Exception:  # Tune would turn the finished trial into an errored one
+                logger.exception("search: telling the study configuration %s (trial %d) failed", config.trial.config_id, number)
+        self._publish()
+
+    def _publish(self) -> None:
+        """Push the study to the work location; a failure is logged, the next push carries it."""
+        if self.publish is None:
+            return
+        try:
+            self.publish()
+        except Exception:  # noqa: BLE001 - a store that fails now must not fail the trial that just ended
+            logger.exception("search: pushing the study to the work location failed")
 
     def _tell_one(self, config: Configuration, number: int) -> None:
         if config.told == "complete":
@@ -256,6 +277,7 @@ class ConfigurationSearcher(Searcher):
     # ------------------------------------------------------------------------------------------
 
     def save(self, checkpoint_path: str) -> None:
+        self._publish()  # the snapshot never names an ask the work location's study lacks
         state = {k: getattr(self, k) for k in ("configs", "by_trial", "queue", "exhausted")}
         state["elapsed"] = time.time() - self.started  # the time budget counts search time, not the pause of a kill
         with open(checkpoint_path, "wb") as f:
@@ -300,11 +322,11 @@ def study_searcher(spec: SweepSpec, context: SearchContext, store: WorkStore, ru
     study aims at latency, timed students (`SearchLatency`) and the teacher's latency as the
     hypervolume's reference (with a metric of 0)."""
     key = f"{Path(context.trials_dir).parent.as_posix()}/{STUDY_FILE}"
-    if run.resuming and store.exists(key):
-        store.fetch(key, fresh=True)
+    if run.resuming and not store.path(key).is_file() and store.exists(key):
+        store.fetch(key)  # resumed on another machine; a journal here is the newer one (only appended, then pushed)
     latency = SearchLatency(store, context.trials_dir, spec.selection.latency) if "latency" in spec.search.aims_at else None
     searcher = ConfigurationSearcher(spec, context.metric_key, str(store.path(key)), latency=latency,
-                                     on_told=(lambda: store.push(key)) if store.is_remote else None)
+                                     publish=(lambda: store.push(key)) if store.is_remote else None)
     if latency is not None:
         searcher.reference = (0.0, latency.of_folder(teacher))
     return searcher

@@ -8,7 +8,6 @@ which algorithm, and with which settings, is said here and nowhere else.
 
 from __future__ import annotations
 
-import logging
 import math
 from collections.abc import Sequence
 from pathlib import Path
@@ -44,7 +43,6 @@ def sampler(algorithm: str, seed: int, budget: int) -> optuna.samplers.BaseSampl
 def open_study(spec: SweepSpec, path: Path, objectives: Sequence[str]) -> optuna.Study:
     """The sweep's study at `path`, new or as a killed run left it. Reopened, the sampler is
     seeded past the trials already asked, so it does not replay the draws it made before."""
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
     path.parent.mkdir(parents=True, exist_ok=True)
     storage = JournalStorage(JournalFileBackend(str(path)))
     asked = sum(len(storage.get_all_trials(s._study_id)) for s in storage.get_all_studies())
@@ -62,15 +60,21 @@ def study_trial(study: optuna.Study, number: int) -> optuna.Trial:
     return optuna.Trial(study, trial_id)
 
 
+def known(study: optuna.Study, number: int) -> bool:
+    """The study holds trial `number` (a journal older than the searcher's records would not)."""
+    return number < len(study.get_trials(deepcopy=False))
+
+
 def tell_values(study: optuna.Study, number: int, values: Sequence[float]) -> None:
-    study.tell(number, list(values), skip_if_finished=True)
+    if known(study, number):
+        study.tell(number, list(values), skip_if_finished=True)
 
 
 def tell_pruned(study: optuna.Study, number: int, last: float | None, step: int) -> None:
     """A configuration ASHA stopped: pruned, with the last value its seeds reported where the
-    study can use one (TPE ranks pruned trials by it; a multi-objective study takes no
-    intermediate values, and its samplers leave pruned trials out)."""
-    if study.trials[number].state != TrialState.RUNNING:
+    study can use one (TPE ranks pruned trials by it). A multi-objective study takes no
+    intermediate values: MOTPE counts a pruned trial among the bad ones, NSGA-II leaves it out."""
+    if not known(study, number) or study.get_trials(deepcopy=False)[number].state != TrialState.RUNNING:
         return
     if last is not None and math.isfinite(last) and len(study.directions) == 1:
         study_trial(study, number).report(last, step)
@@ -78,12 +82,14 @@ def tell_pruned(study: optuna.Study, number: int, last: float | None, step: int)
 
 
 def tell_failed(study: optuna.Study, number: int) -> None:
-    study.tell(number, state=TrialState.FAIL, skip_if_finished=True)
+    if known(study, number):
+        study.tell(number, state=TrialState.FAIL, skip_if_finished=True)
 
 
 def quiet_experimental_warnings() -> None:
-    """Optuna warns once per process that multivariate/group TPE are experimental; said in docs/search.md."""
-    logging.getLogger("optuna").setLevel(logging.ERROR)
+    """Optuna logs every trial it is told, and warns once per process that multivariate/group TPE
+    are experimental (docs/search.md says so): the sweep's own lines say what happened."""
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
     import warnings
 
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)

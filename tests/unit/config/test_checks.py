@@ -118,6 +118,9 @@ def _searching(algorithm: str, methods: dict | None = None, **search) -> dict:
                 "how many configurations in all (each runs once per seed)"),
     ("random", {"num_configurations": 4, "num_samples": 3},
      "search.num_samples: counts draws per grid point of algorithm grid; algorithm random is budgeted by search.num_configurations"),
+    ("random", {"num_configurations": 4, "objectives": []}, "search.objectives: List should have at least 1 item after validation, not 0"),
+    ("grid", {"time_budget": "1h"}, "search.time_budget: the grid runs every configuration of its fixed list; a time "
+                                     "budget needs a searching algorithm (random, tpe, motpe or nsga2)"),
     ("grid", {"objectives": ["metric"]}, "search.objectives: the grid runs every configuration and aims at nothing; "
                                           "set search.algorithm to random, tpe, motpe or nsga2 to search for them"),
 ])

@@ -62,9 +62,9 @@ def test_a_configuration_asha_stopped_is_pruned_with_its_last_value_and_one_that
     s = searcher(tmp_path, spec("tpe", budget=3))
     for i in range(6):
         s.suggest(f"t{i}")
-    s.on_trial_result("t0", {METRIC: 0.55, "progress": 0.5})
     s.on_trial_result("t1", {METRIC: 0.65, "progress": 0.5})
-    s.on_trial_complete("t0", {METRIC: 0.55, "progress": 0.5})  # no final report: the scheduler stopped it
+    # no final report: the scheduler stopped it on this result, which Tune hands only to on_trial_complete
+    s.on_trial_complete("t0", {METRIC: 0.55, "progress": 0.5})
     s.on_trial_complete("t1", final(0.9))
     s.on_trial_complete("t2", final(0.7))
     s.on_trial_complete("t3", final(math.nan))  # its training failed; the driver reports NaN
@@ -157,3 +157,42 @@ def test_the_progress_line_counts_told_configurations_and_the_fronts_hypervolume
         s.on_trial_complete(f"b{i}", final(metric))
     # front: 0.8@4 and 0.6@2 (0.5@6 is dominated): 0.6×2 + 0.8×6 = 6.0
     assert s.progress_text() == "search: 3 of 4 configurations told (3 complete, 0 pruned, 0 failed); front of 2, hypervolume 6"
+
+
+def test_a_suggestion_its_method_refuses_is_told_failed_and_the_next_one_runs(tmp_path, monkeypatch):
+    from pipeline.errors import SpecError
+    from pipeline.search import searcher as module
+
+    real, calls = module.suggest_configuration, []
+
+    def refuse_first(trial, spec):
+        calls.append(trial.number)
+        if len(calls) == 1:
+            raise SpecError(["methods.kd: refused together"])
+        return real(trial, spec)
+
+    monkeypatch.setattr(module, "suggest_configuration", refuse_first)
+    s = searcher(tmp_path)
+    assert s.suggest("t0")["trial"].order == 1  # the refused suggestion does not count
+    assert [t.state for t in stored(tmp_path).trials] == [TrialState.FAIL, TrialState.RUNNING]
+
+
+def test_a_study_push_that_fails_neither_fails_the_trial_nor_loses_the_tell(tmp_path):
+    def down():
+        raise OSError("the bucket is unreachable")
+
+    s = ConfigurationSearcher(spec(), METRIC, str(tmp_path / "study.journal"), latency=lambda t: 5.0, publish=down)
+    s.suggest("t0"), s.suggest("t1")
+    s.on_trial_complete("t0", final(0.8))
+    s.on_trial_complete("t1", final(0.6))  # Tune would mark the trial errored if this raised
+    assert stored(tmp_path).trials[0].values == pytest.approx([0.7, 5.0])
+
+
+def test_a_snapshot_is_pushed_with_the_study_so_it_never_names_an_ask_the_location_lacks(tmp_path):
+    pushed = []
+    s = ConfigurationSearcher(spec(), METRIC, str(tmp_path / "study.journal"), latency=lambda t: 5.0,
+                              publish=lambda: pushed.append(len(stored(tmp_path).trials)))
+    s.suggest("t0")
+    assert pushed == [1]  # after the ask
+    s.save(str(tmp_path / "snapshot.pkl"))
+    assert pushed == [1, 1]
