@@ -224,8 +224,23 @@ def check_for_sweep(spec: SweepSpec) -> None:
     teacher's own limits. Raises a SpecError listing every problem."""
     problems = ([] if spec.methods else [f"{NO_METHODS} (`drydock methods` lists them), e.g. `methods: {{kd: {{}}}}`"])
     problems += teacher_problems(spec)
+    problems += warm_start_problems(spec)
     if problems:
         raise SpecError(problems)
+
+
+def warm_start_problems(spec: SweepSpec) -> list[str]:
+    """`search.warm_start` must be a previous sweep's folder holding a study (its runs' journals)."""
+    folder = spec.search.warm_start
+    if folder is None:
+        return []
+    path = Path(os.path.expanduser(folder))
+    if not path.is_dir():
+        return [f"search.warm_start: {folder} is not a folder; give a previous sweep's folder, <workdir>/<sweep name>"]
+    if not any(path.glob("runs/*/study.journal")):
+        return [f"search.warm_start: {folder} holds no study (runs/*/study.journal): only a sweep that searched with "
+                "random, tpe, motpe or nsga2 can seed one"]
+    return []
 
 
 # ----------------------------------------------------------------------------------------------

@@ -428,6 +428,9 @@ class SearchConfig(_Model):
     # what a searching algorithm aims at: the task metric's seed mean (maximised) and the
     # student's latency at the front shape and runtime (minimised); default: by algorithm
     objectives: Annotated[Annotated[list[Objective], Field(min_length=1)] | None, ADDED_LATER] = None
+    # a previous sweep's folder (<workdir>/<name>) whose studies' finished configurations seed this
+    # study (`pipeline.search.warm_start`): a scheduled retrain does not start from nothing
+    warm_start: Annotated[str | None, ADDED_LATER] = None
 
     @model_validator(mode="after")
     def _algorithm_fits(self) -> Self:
@@ -437,6 +440,8 @@ class SearchConfig(_Model):
             if objectives is not None:
                 raise field_problem("objectives", "the grid runs every configuration and aims at nothing; "
                                  "set search.algorithm to random, tpe, motpe or nsga2 to search for them")
+            if self.warm_start is not None:
+                raise field_problem("warm_start", "seeds a searching algorithm's study; the grid runs its fixed list")
             if self.time_budget is not None:
                 raise field_problem("time_budget", "the grid runs every configuration of its fixed list; a time budget "
                                     "needs a searching algorithm (random, tpe, motpe or nsga2)")

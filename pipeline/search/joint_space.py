@@ -20,6 +20,7 @@ from pipeline.search.space import validated_params
 
 if TYPE_CHECKING:
     import optuna
+    from optuna.distributions import BaseDistribution
 
     from methods.base import MethodParams
 
@@ -54,6 +55,30 @@ def suggest_value(trial: optuna.trial.BaseTrial, name: str, domain: Domain) -> A
     if isinstance(domain, Uniform):
         return trial.suggest_float(name, float(domain.low), float(domain.high))
     raise TypeError(f"{name}: no study distribution for the domain {domain!r}")
+
+
+def distribution(domain: Domain) -> BaseDistribution:
+    """The study's distribution of a domain: what `suggest_value` asks for it."""
+    from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+
+    if isinstance(domain, Grid | Choice):
+        return CategoricalDistribution(_categorical(list(domain.argument)))
+    if isinstance(domain, RandInt):
+        return IntDistribution(int(domain.low), int(domain.high) - 1)
+    if isinstance(domain, LogUniform):
+        return FloatDistribution(float(domain.low), float(domain.high), log=True)
+    if isinstance(domain, Uniform):
+        return FloatDistribution(float(domain.low), float(domain.high))
+    raise TypeError(f"no study distribution for the domain {domain!r}")
+
+
+def distributions(spec: SweepSpec, method: str) -> dict[str, BaseDistribution]:
+    """The distributions of one method's study trials in this spec's joint space."""
+    from optuna.distributions import CategoricalDistribution
+
+    space = spec.methods[method].domains()
+    return {METHOD: CategoricalDistribution(list(spec.methods)),
+            **{param_name(method, name): distribution(domain) for name, domain in space.items()}}
 
 
 def suggest_configuration(trial: optuna.trial.BaseTrial, spec: SweepSpec) -> tuple[str, MethodParams]:

@@ -44,6 +44,7 @@ from pipeline.search.joint_space import suggest_configuration
 from pipeline.search.search_latency import SearchLatency
 from pipeline.search.space import Trial, config_id
 from pipeline.search.state import SweepRun
+from pipeline.search.warm_start import warm_start
 from pipeline.storage import WorkStore
 from pipeline.workdir import STUDY_FILE
 
@@ -111,6 +112,7 @@ class ConfigurationSearcher(Searcher):
         self.queue: list[tuple[str, int]] = []  # seeds of asked configurations not yet handed to Tune
         self.started = time.time()
         self.exhausted = False
+        self.known: dict[str, list[float]] = {}  # config_id -> values of the configurations a warm start seeded
         self.reference: tuple[float, float] | None = None  # (metric, latency ms) the hypervolume counts from
         self._study: Any = None
 
@@ -124,6 +126,7 @@ class ConfigurationSearcher(Searcher):
             studies.quiet_experimental_warnings()
             self._study = studies.open_study(self.spec, Path(self.study_path), self.objectives)
             self._forget_lost_asks()
+            self.known.update(warm_start(self._study, self.spec, self.objectives))
         return self._study
 
     def _forget_lost_asks(self) -> None:
@@ -206,6 +209,9 @@ class ConfigurationSearcher(Searcher):
             if cid in self.configs:  # a repeat: the study learns the result it already has, or will
                 self._repeat(self.configs[cid], asked.number)
                 continue
+            if cid in self.known:  # a warm-started configuration: its previous sweep's values
+                studies.tell_values(self.study, asked.number, self.known[cid])
+                continue
             asked.set_user_attr("config_id", cid)
             order = len(self.configs) + 1
             asked.set_user_attr("order", order)
@@ -278,7 +284,7 @@ class ConfigurationSearcher(Searcher):
 
     def save(self, checkpoint_path: str) -> None:
         self._publish()  # the snapshot never names an ask the work location's study lacks
-        state = {k: getattr(self, k) for k in ("configs", "by_trial", "queue", "exhausted")}
+        state = {k: getattr(self, k) for k in ("configs", "by_trial", "queue", "exhausted", "known")}
         state["elapsed"] = time.time() - self.started  # the time budget counts search time, not the pause of a kill
         with open(checkpoint_path, "wb") as f:
             pickle.dump(state, f)
