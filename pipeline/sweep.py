@@ -14,6 +14,7 @@ driver → Tune → the recorder. The folders of a sweep and its runs: `pipeline
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -39,7 +40,7 @@ from pipeline.search.tuner import close_progress, make_tuner
 from pipeline.select.stage import select_stage
 from pipeline.storage import WorkStore
 from pipeline.tracking import TRACKING_DB, SweepTracker, uses_default_store
-from pipeline.workdir import ARTIFACTS_DIR, CACHE_DIR
+from pipeline.workdir import ARTIFACTS_DIR, CACHE_DIR, SEARCH_FILE, atomic_write
 
 # Runs started before the recorder left this module pickled their Tune callback (tuner.pkl) as a
 # call to `pipeline.sweep._stand_in_callback`: the name stays so that `--resume` unpickles them.
@@ -112,6 +113,9 @@ def run_sweep(spec: SweepSpec, workdir: str | Path, *, resume: bool = False, add
             recorder.reconcile(tuner.fit())
         finally:
             close_progress(tuner)
+        if searcher is not None:  # before the select stage, whose report shows it
+            atomic_write(run.paths.run_dir / SEARCH_FILE, json.dumps(searcher.summary(), indent=2))
+            store.push(f"{run.paths.run_dir.relative_to(local).as_posix()}/{SEARCH_FILE}")
         recorder.close()  # the verifier is not needed while measuring latency
         # the teacher as every node reaches it (a given teacher folder is published under teachers/)
         select_stage(spec, local, run.paths.sweep_dir, tracker, store.localize(teacher_ref), log, store=store)

@@ -68,6 +68,8 @@ TUNE_DIR = "tune"
 TRAIN_DIR = "train"
 TRIALS_DIR = "trials"
 STUDY_FILE = "study.journal"  # a searching algorithm's Optuna study (`pipeline.search.study`)
+SEARCH_FILE = "search.json"  # what the report shows of that search (`ConfigurationSearcher.summary`)
+SEARCH_PNG = "search.png"  # the front's hypervolume after each configuration told
 # in a trial's folder
 STUDENT_DIR = "student"
 METRICS_FILE = "metrics.json"

@@ -40,7 +40,7 @@ from pipeline.errors import SpecError
 from pipeline.measure.interleaved import Candidate, Interval, dominates
 from pipeline.search import study as studies
 from pipeline.search.driver import SearchContext
-from pipeline.search.joint_space import suggest_configuration
+from pipeline.search.joint_space import param_name, suggest_configuration
 from pipeline.search.search_latency import SearchLatency
 from pipeline.search.space import Trial, config_id
 from pipeline.search.state import SweepRun
@@ -93,6 +93,7 @@ class Configuration:
     steps: dict[int, int] = field(default_factory=dict)  # seed -> reports so far
     latency_ms: float | None = None
     told: str | None = None  # complete | pruned | failed, once told
+    told_rank: int = 0  # 1 for the first configuration told, 2 for the next, … (the hypervolume's x axis)
     aliases: list[int] = field(default_factory=list)  # study trials that suggested it again while it ran
 
 
@@ -232,6 +233,7 @@ class ConfigurationSearcher(Searcher):
             self._tell_one(config, number)
 
     def _tell(self, config: Configuration) -> None:
+        config.told_rank = len(self.told()) + 1
         ended = config.ended.values()
         if "failed" in ended:
             config.told = "failed"
@@ -303,12 +305,44 @@ class ConfigurationSearcher(Searcher):
         return (Searcher, ())
 
     def told(self) -> list[Configuration]:
-        return [c for c in self.configs.values() if c.told is not None]
+        return sorted((c for c in self.configs.values() if c.told is not None), key=lambda c: c.told_rank)
 
-    def front(self) -> list[Configuration]:
-        """The told configurations no other told one dominates on the study's objectives."""
-        complete = [c for c in self.told() if c.told == "complete"]
+    def front(self, told: list[Configuration] | None = None) -> list[Configuration]:
+        """The told configurations (or those of `told`) no other dominates on the study's objectives."""
+        complete = [c for c in (self.told() if told is None else told) if c.told == "complete"]
         return [c for c in complete if not any(dominates(candidate(o), candidate(c)) for o in complete)]
+
+    def summary(self) -> dict[str, Any]:
+        """What the report shows of the search (`SEARCH_FILE`): every configuration as told, the
+        front's hypervolume after each told configuration, and per method the parameters' share of
+        the metric's variance (Optuna's fANOVA importances; a method needs 4 complete
+        configurations and 2 searched parameters)."""
+        told = self.told()
+        curve = []
+        if self.objectives == ("metric", "latency") and self.reference is not None:
+            curve = [hypervolume([point(c) for c in self.front(told[:i])], self.reference) for i in range(1, len(told) + 1)]
+        rows = [{"config_id": c.trial.config_id, "order": c.order, "told_rank": c.told_rank, "method": c.trial.method,
+                 "told": c.told, "metric": point(c)[0] if c.told == "complete" else None, "latency_ms": c.latency_ms}
+                for c in told]
+        return {"algorithm": self.spec.search.algorithm, "objectives": list(self.objectives), "budget": self.budget,
+                "reference": list(self.reference) if self.reference else None, "configurations": rows,
+                "hypervolume": curve, "importances": self._importances()}
+
+    def _importances(self) -> dict[str, dict[str, float]]:
+        import optuna
+
+        found: dict[str, dict[str, float]] = {}
+        for method in self.spec.methods:
+            names = [param_name(method, p) for p in self.spec.methods[method].domains()]
+            complete = [c for c in self.told() if c.told == "complete" and c.trial.method == method]
+            if len(names) < 2 or len(complete) < 4:
+                continue
+            try:
+                found[method] = optuna.importance.get_param_importances(
+                    self.study, params=names, target=lambda t: t.values[0])
+            except Exception as e:  # noqa: BLE001 - a report without importances, not a failed sweep
+                logger.warning("search: the importances of %s could not be computed: %s", method, e)
+        return found
 
     def progress_text(self) -> str:
         """The search's line: configurations told (how), and the front's size and hypervolume."""

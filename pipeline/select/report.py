@@ -40,6 +40,7 @@ from pipeline.measure.latency import LatencyRecord, Measurement, load_record
 from pipeline.measure.runtimes import EAGER
 from pipeline.select.champion import champion_rule
 from pipeline.select.pareto import Selection, best_per_method, select
+from pipeline.select.search_section import search_section, section_html, section_markdown
 from pipeline.select.variants import (
     INT8,
     dominated_by,
@@ -60,9 +61,10 @@ class ReportFiles:
     html: Path
     plot: Path
     table: Path
+    extra: tuple[Path, ...] = ()  # what a section adds beside them (the search's plot)
 
     def all(self) -> list[Path]:
-        return [self.markdown, self.html, self.plot, self.table]
+        return [self.markdown, self.html, self.plot, self.table, *self.extra]
 
     @classmethod
     def of(cls, folder: Path) -> ReportFiles:
@@ -495,6 +497,10 @@ def write_report(sweep_dir: Path, frame: pd.DataFrame, ctx: ReportContext, chose
         md += [f"## {title}", ""] + ([note, ""] if note else [])
         md += [markdown_table(table) if table is not None and len(table) else "_none_", ""]
     md += ["## Plot", "", f"![{metric_name} vs latency]({PARETO_PNG})", ""]
+    search = search_section(sweep_dir, frame)  # a study's search, when one ran
+    if search is not None:
+        md += section_markdown(search, markdown_table(search.importances) if search.importances is not None else "")
+        files.extra = (search.plot,) if search.plot is not None else ()
     if failed:
         md += ["## Failed trials", "", *failed, ""]
     files.markdown.write_text("\n".join(md))
@@ -509,6 +515,8 @@ def write_report(sweep_dir: Path, frame: pd.DataFrame, ctx: ReportContext, chose
     for title, table, note in sections:
         body += [f"<h2>{html.escape(title)}</h2>"] + ([f"<p>{html.escape(note)}</p>"] if note else []) + [html_table(table)]
     body += ["<h2>Plot</h2>", f'<img src="{PARETO_PNG}" alt="{html.escape(metric_name)} vs latency">']
+    if search is not None:
+        body += section_html(search, _inline_html)
     if failed:
         body += ["<h2>Failed trials</h2>", "<ul>", *[f"<li>{html.escape(f[2:])}</li>" for f in failed], "</ul>"]
     files.html.write_text(_HTML.format(title=html.escape(f"Sweep {ctx.sweep}"), body="\n".join(body)))

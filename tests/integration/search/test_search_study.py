@@ -60,3 +60,6 @@ def test_a_multi_objective_search_runs_each_configuration_on_every_seed_and_tell
     for depth in {d for d, _ in complete}:
         assert len({lat for d, lat in complete if d == depth}) == 1
     assert pd.notna(frame["pareto"]).any()  # the select stage ran on the searched students
+    report = (tmp_path / "smoke-motpe" / "report.md").read_text()
+    assert "## Search" in report and "**motpe**, aiming at metric and latency: 2 of 2 configurations told" in report
+    assert (tmp_path / "smoke-motpe" / "search.png").stat().st_size > 0  # published beside the report

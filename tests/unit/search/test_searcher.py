@@ -196,3 +196,19 @@ def test_a_snapshot_is_pushed_with_the_study_so_it_never_names_an_ask_the_locati
     assert pushed == [1]  # after the ask
     s.save(str(tmp_path / "snapshot.pkl"))
     assert pushed == [1, 1]
+
+
+def test_the_summary_holds_every_told_configuration_and_the_hypervolume_after_each(tmp_path):
+    s = searcher(tmp_path, latency=lambda trial: {0.8: 4.0, 0.6: 2.0, 0.5: 6.0}[s.pending_metric])
+    s.reference = (0.0, 10.0)
+    for i, metric in enumerate((0.8, 0.6, 0.5)):
+        s.suggest(f"a{i}"), s.suggest(f"b{i}")
+        s.pending_metric = metric
+        s.on_trial_complete(f"a{i}", final(metric))
+        s.on_trial_complete(f"b{i}", final(metric))
+    summary = s.summary()
+    # 0.8@4: 0.8×6 = 4.8; + 0.6@2: 0.6×2 + 0.8×6 = 6.0; + 0.5@6, dominated: 6.0
+    assert summary["hypervolume"] == pytest.approx([4.8, 6.0, 6.0])
+    assert [(c["told_rank"], c["metric"], c["latency_ms"]) for c in summary["configurations"]] == [
+        (1, pytest.approx(0.8), 4.0), (2, pytest.approx(0.6), 2.0), (3, pytest.approx(0.5), 6.0)]
+    assert summary["importances"] == {}  # fewer than 4 complete configurations of a method
