@@ -1,0 +1,130 @@
+#!/usr/bin/env python3
+"""How many configurations each `search.algorithm` needs to find the front: a tabular benchmark.
+
+The field measures searchers on a table of every configuration's result, and so does this script.
+
+The table (parquet, one row per configuration of a grid sweep over a joint space with every seed
+run): `config_id` (`pipeline.search.space.config_id`), `method`, `params` (JSON of the study's
+parameters, `{"method": ..., "<method>.<param>": ...}`), `seed_metrics` (the metric per seed, in
+the spec's seed order), `metric` (their mean), `latency_ms` (the student timed once per
+architecture by `pipeline.search.search_latency`), and the references `teacher_metric`,
+`teacher_latency_ms` and `majority_metric`. Making it is hours of CPU (≥ 100 configurations × 2
+seeds, `drydock sweep` on a grid spec, resumable with `--resume`); the script that turns a
+finished sweep into the table is not written yet (issue #34).
+
+`replay` runs each algorithm over the table through the searcher a sweep uses
+(`pipeline.search.searcher.ConfigurationSearcher`), the trial replaced by a lookup of its seed's
+metric, `--repeats` times (search seeds), and reports per algorithm and budget (10, 20, 40
+configurations) the median and interquartile range of the found front's hypervolume (reference:
+the teacher's latency and the majority-class metric), the best seed-mean metric, and the fastest
+configuration found within 1 point of the teacher. Minutes.
+
+    .venv/bin/python benchmarks/search_efficiency.py replay --table TABLE [--repeats 30] [--out runs.parquet]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from pipeline.config import SweepSpec, spec_from_dict  # noqa: E402
+from pipeline.search.joint_space import METHOD  # noqa: E402
+from pipeline.search.searcher import ConfigurationSearcher, hypervolume  # noqa: E402
+
+ALGORITHMS = ("random", "tpe", "motpe", "nsga2")
+BUDGETS = (10, 20, 40)
+METRIC = "eval/metric"
+
+
+def replay_spec(table: pd.DataFrame, algorithm: str, budget: int, seed: int) -> SweepSpec:
+    """The joint space the table covers: every searched parameter a grid of the values it holds."""
+    methods: dict[str, dict[str, Any]] = {}
+    for method, rows in table.groupby("method", sort=False):
+        params = [json.loads(p) for p in rows["params"]]
+        names = sorted({k for p in params for k in p if k != METHOD})
+        methods[str(method)] = {k.split(".", 1)[1]: {"grid": sorted({json.dumps(p[k]) for p in params}, key=str)} for k in names}
+        for spec_params in methods[str(method)].values():
+            spec_params["grid"] = [json.loads(v) for v in spec_params["grid"]]
+    seeds = len(table["seed_metrics"].iloc[0])
+    return spec_from_dict({
+        "name": "replay", "task": {"name": "sst2", "source": "glue_dir", "glue_dir": "/unused"},
+        "teacher": {"model": "bert-base-uncased"}, "seeds": list(range(seeds)), "methods": methods,
+        "search": {"algorithm": algorithm, "num_configurations": budget, "sample_seed": seed,
+                   **({"objectives": ["metric", "latency"]} if algorithm == "random" else {})},
+    })
+
+
+def front(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    return [p for p in points if not any(q[0] >= p[0] and q[1] <= p[1] and q != p for q in points)]
+
+
+def replay(table: pd.DataFrame, algorithm: str, seed: int, budget: int = max(BUDGETS)) -> list[dict[str, Any]]:
+    """One search over the table: per budget, the found front's hypervolume, best metric and the
+    fastest configuration within 1 point of the teacher."""
+    by_id = table.set_index("config_id")
+    spec = replay_spec(table, algorithm, budget, seed)
+    with tempfile.TemporaryDirectory() as tmp:
+        searcher = ConfigurationSearcher(spec, METRIC, str(Path(tmp) / "study.journal"),
+                                         latency=lambda trial: float(by_id.loc[trial.config_id, "latency_ms"]))
+        for i in range(budget * len(spec.seeds)):
+            handed = searcher.suggest(f"r{i}")
+            if not isinstance(handed, dict):
+                break
+            trial = handed["trial"]
+            value = float(by_id.loc[trial.config_id, "seed_metrics"][trial.seed])
+            searcher.on_trial_complete(f"r{i}", {"drydock_final": 1.0, METRIC: value})
+        told = [c.trial.config_id for c in searcher.told() if c.told == "complete"]
+    ref = (float(table["majority_metric"].iloc[0]), float(table["teacher_latency_ms"].iloc[0]))
+    teacher_metric = float(table["teacher_metric"].iloc[0])
+    rows = []
+    for k in BUDGETS:
+        found = by_id.loc[told[:k]]
+        points = list(zip(found["metric"], found["latency_ms"], strict=True))
+        close = found[found["metric"] >= teacher_metric - 0.01]
+        rows.append({"algorithm": algorithm, "seed": seed, "budget": k, "hypervolume": hypervolume(front(points), ref),
+                     "best_metric": float(found["metric"].max()) if len(found) else np.nan,
+                     "fastest_close_ms": float(close["latency_ms"].min()) if len(close) else np.nan})
+    return rows
+
+
+def summarize(runs: pd.DataFrame) -> pd.DataFrame:
+    """Median and interquartile range per algorithm and budget."""
+    def iqr(s: pd.Series) -> str:
+        return f"{s.quantile(0.25):.4g}-{s.quantile(0.75):.4g}"
+
+    grouped = runs.groupby(["algorithm", "budget"], sort=False)
+    return grouped.agg(hypervolume=("hypervolume", "median"), hypervolume_iqr=("hypervolume", iqr),
+                       best_metric=("best_metric", "median"), fastest_close_ms=("fastest_close_ms", "median")).reset_index()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    rep = sub.add_parser("replay", help="replay each algorithm over a collected table")
+    rep.add_argument("--table", type=Path, required=True)
+    rep.add_argument("--repeats", type=int, default=30)
+    rep.add_argument("--algorithms", nargs="+", default=list(ALGORITHMS), choices=ALGORITHMS)
+    rep.add_argument("--out", type=Path, help="write every run's row here (parquet)")
+    args = parser.parse_args(argv)
+    table = pd.read_parquet(args.table)
+    runs = pd.DataFrame([row for algorithm in args.algorithms for seed in range(args.repeats)
+                         for row in replay(table, algorithm, seed)])
+    if args.out:
+        runs.to_parquet(args.out, index=False)
+    print(f"{len(table)} configurations in the table; {args.repeats} searches per algorithm")
+    print(summarize(runs).to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,66 @@
+"""benchmarks/search_efficiency.py replays the sweep's own searcher over a table of results."""
+
+from __future__ import annotations
+
+import importlib.util
+import itertools
+import json
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from methods import get_method
+from pipeline.search.space import config_id
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "search_efficiency.py"
+
+
+def load_script():
+    spec = importlib.util.spec_from_file_location("benchmark_search_efficiency", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        del sys.modules[spec.name]
+    return module
+
+
+def synthetic_table() -> pd.DataFrame:
+    """kd: depth 1-4 × 5 alphas; deeper is slower and better, alpha 0.5 best; two seeds each."""
+    rows = []
+    for depth, alpha in itertools.product((1, 2, 3, 4), (0.1, 0.3, 0.5, 0.7, 0.9)):
+        params = get_method("kd").Params(num_layers=depth, alpha=alpha)
+        metric = 0.6 + 0.05 * depth - 0.2 * abs(alpha - 0.5)
+        rows.append({"config_id": config_id("kd", params), "method": "kd",
+                     "params": json.dumps({"method": "kd", "kd.num_layers": depth, "kd.alpha": alpha}),
+                     "seed_metrics": [metric - 0.01, metric + 0.01], "metric": metric, "latency_ms": 2.0 * depth,
+                     "teacher_metric": 0.85, "teacher_latency_ms": 12.0, "majority_metric": 0.5})
+    return pd.DataFrame(rows)
+
+
+def test_a_replay_looks_up_every_seed_runs_no_configuration_twice_and_finds_at_most_the_tables_front():
+    bench = load_script()
+    table = synthetic_table()
+    best_possible = bench.hypervolume(bench.front(list(zip(table["metric"], table["latency_ms"], strict=True))), (0.5, 12.0))
+    for algorithm in ("random", "motpe"):
+        rows = bench.replay(table, algorithm, seed=0, budget=20)
+        assert [r["budget"] for r in rows] == [10, 20, 40]
+        hv = [r["hypervolume"] for r in rows]
+        assert 0 < hv[0] <= hv[1] == hv[2] <= best_possible + 1e-12  # 20 configurations at most: 40 finds no more
+        assert rows[1]["best_metric"] <= table["metric"].max()
+    # every configuration of the table told once: a budget of 20 × 2 seeds is all the table has
+    full = bench.replay(table, "random", seed=1, budget=20)
+    assert full[2]["hypervolume"] == pytest.approx(best_possible)
+    assert full[2]["best_metric"] == pytest.approx(table["metric"].max())
+    assert full[2]["fastest_close_ms"] != full[2]["fastest_close_ms"]  # nothing within 1 point of 0.85: NaN
+
+
+def test_the_summary_gives_medians_and_interquartile_ranges_per_algorithm_and_budget():
+    bench = load_script()
+    runs = pd.DataFrame([{"algorithm": "random", "seed": s, "budget": 10, "hypervolume": float(s), "best_metric": 0.5,
+                          "fastest_close_ms": 3.0} for s in range(5)])
+    summary = bench.summarize(runs).iloc[0]
+    assert (summary["hypervolume"], summary["hypervolume_iqr"]) == (2.0, "1-3")
