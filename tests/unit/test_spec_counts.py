@@ -63,6 +63,11 @@ def fingerprint_before_markers(spec: SweepSpec) -> str:
         latency.pop("shapes", None)
     if chosen.runtimes == default.runtimes:
         settings.get("selection", {}).pop("runtimes", None)
+    search = settings["search"]  # a searching algorithm's fields (#34): how it runs, or at the grid's defaults
+    search.pop("time_budget", None)
+    for key, before in (("algorithm", "grid"), ("num_configurations", None), ("objectives", None), ("warm_start", None)):
+        if search.get(key) == before:
+            search.pop(key, None)
     return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
 
 
