@@ -9,8 +9,8 @@ parameters, `{"method": ..., "<method>.<param>": ...}`), `seed_metrics` (the met
 the spec's seed order), `metric` (their mean), `latency_ms` (the student timed once per
 architecture by `pipeline.search.search_latency`), and the references `teacher_metric`,
 `teacher_latency_ms` and `majority_metric`. Making it is hours of CPU (≥ 100 configurations × 2
-seeds, `drydock sweep` on a grid spec, resumable with `--resume`); the script that turns a
-finished sweep into the table is not written yet (issue #34).
+seeds, `drydock sweep` on a grid spec, resumable with `--resume`); `collect` turns the finished
+sweep into the table.
 
 `replay` runs each algorithm over the table through the searcher a sweep uses
 (`pipeline.search.searcher.ConfigurationSearcher`), the trial replaced by a lookup of its seed's
@@ -19,6 +19,8 @@ configurations) the median and interquartile range of the found front's hypervol
 the teacher's latency and the majority-class metric), the best seed-mean metric, and the fastest
 configuration found within 1 point of the teacher. Minutes.
 
+    .venv/bin/python benchmarks/search_efficiency.py collect --spec SPEC --sweep-dir <workdir>/<name> \
+        --teacher <fine-tuned teacher folder> --majority-metric M --out TABLE
     .venv/bin/python benchmarks/search_efficiency.py replay --table TABLE [--repeats 30] [--out runs.parquet]
 """
 
@@ -37,13 +39,46 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from pipeline.config import SweepSpec, spec_from_dict  # noqa: E402
+from pipeline import results as results_table  # noqa: E402
+from pipeline.config import LatencyConfig, SweepSpec, load_spec, spec_from_dict  # noqa: E402
 from pipeline.search.joint_space import METHOD  # noqa: E402
+from pipeline.search.search_latency import SearchLatency  # noqa: E402
 from pipeline.search.searcher import ConfigurationSearcher, hypervolume  # noqa: E402
+from pipeline.storage import WorkStore  # noqa: E402
+from pipeline.workdir import RESULTS_FILE  # noqa: E402
 
 ALGORITHMS = ("random", "tpe", "motpe", "nsga2")
 BUDGETS = (10, 20, 40)
 METRIC = "eval/metric"
+
+
+def collect(spec: SweepSpec, sweep_dir: Path, teacher: Path, majority_metric: float,
+            settings: LatencyConfig | None = None) -> pd.DataFrame:
+    """The table of a finished grid sweep: one row per configuration every seed of which finished,
+    its student timed once per architecture at the selection's front shape (the search's engine)."""
+    frame = results_table.read_results(sweep_dir / RESULTS_FILE)
+    frame = frame[frame["status"] == "finished"].copy()
+    frame["config_id"] = [key[len(m) + 1:].rsplit("-s", 1)[0] for key, m in zip(frame["trial_id"], frame["method"], strict=True)]
+    timer = SearchLatency(WorkStore.open(sweep_dir.parent), "", settings or spec.selection.latency)
+    rows = []
+    for cid, group in frame.groupby("config_id", sort=False):
+        by_seed = group.set_index("seed")
+        if sorted(by_seed.index) != sorted(spec.seeds):
+            continue  # a configuration with a seed missing cannot be averaged like the others
+        method = str(group["method"].iloc[0])
+        first = by_seed.loc[spec.seeds[0]]
+        params = {"method": method, **{f"{method}.{name}": _plain(first[f"params.{name}"])
+                                       for name in spec.methods[method].domains()}}
+        seed_metrics = [float(by_seed.loc[seed, "metric"]) for seed in spec.seeds]
+        rows.append({"config_id": cid, "method": method, "params": json.dumps(params), "seed_metrics": seed_metrics,
+                     "metric": float(np.mean(seed_metrics)), "latency_ms": timer.of_folder(Path(str(first["student_path"]))),
+                     "teacher_metric": float(group["teacher_metric"].iloc[0]),
+                     "teacher_latency_ms": timer.of_folder(teacher), "majority_metric": majority_metric})
+    return pd.DataFrame(rows)
+
+
+def _plain(value: Any) -> Any:
+    return value.item() if hasattr(value, "item") else value
 
 
 def replay_spec(table: pd.DataFrame, algorithm: str, budget: int, seed: int) -> SweepSpec:
@@ -110,12 +145,23 @@ def summarize(runs: pd.DataFrame) -> pd.DataFrame:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
+    col = sub.add_parser("collect", help="the table of a finished grid sweep")
+    col.add_argument("--spec", type=Path, required=True)
+    col.add_argument("--sweep-dir", type=Path, required=True, help="<workdir>/<sweep name>")
+    col.add_argument("--teacher", type=Path, required=True, help="the sweep's fine-tuned teacher folder")
+    col.add_argument("--majority-metric", type=float, required=True, help="the metric of always answering the dev set's majority class")
+    col.add_argument("--out", type=Path, required=True)
     rep = sub.add_parser("replay", help="replay each algorithm over a collected table")
     rep.add_argument("--table", type=Path, required=True)
     rep.add_argument("--repeats", type=int, default=30)
     rep.add_argument("--algorithms", nargs="+", default=list(ALGORITHMS), choices=ALGORITHMS)
     rep.add_argument("--out", type=Path, help="write every run's row here (parquet)")
     args = parser.parse_args(argv)
+    if args.command == "collect":
+        table = collect(load_spec(args.spec), args.sweep_dir, args.teacher, args.majority_metric)
+        table.to_parquet(args.out, index=False)
+        print(f"{len(table)} configurations, each with every seed finished, written to {args.out}")
+        return 0
     table = pd.read_parquet(args.table)
     runs = pd.DataFrame([row for algorithm in args.algorithms for seed in range(args.repeats)
                          for row in replay(table, algorithm, seed)])

@@ -64,3 +64,41 @@ def test_the_summary_gives_medians_and_interquartile_ranges_per_algorithm_and_bu
                           "fastest_close_ms": 3.0} for s in range(5)])
     summary = bench.summarize(runs).iloc[0]
     assert (summary["hypervolume"], summary["hypervolume_iqr"]) == (2.0, "1-3")
+
+
+def test_collect_makes_the_table_of_a_finished_grid_sweep_one_timing_per_architecture(tmp_path):
+    from pipeline import results as results_table
+    from pipeline.config import LatencyConfig, spec_from_dict
+    from tests.conftest import make_tiny_bert
+
+    bench = load_script()
+    spec = spec_from_dict({
+        "name": "bench", "task": {"name": "sst2", "source": "glue_dir", "glue_dir": "/unused"},
+        "teacher": {"model": "bert-base-uncased"}, "seeds": [0, 1],
+        "methods": {"kd": {"num_layers": {"grid": [1, 2]}, "alpha": {"grid": [0.3, 0.7]}}},
+    })
+    sweep = tmp_path / "bench"
+    rows = []
+    for n, (depth, alpha) in enumerate(itertools.product((1, 2), (0.3, 0.7))):
+        cid = config_id("kd", get_method("kd").Params(num_layers=depth, alpha=alpha))
+        for seed in (0, 1):
+            if (depth, alpha, seed) == (2, 0.7, 1):
+                continue  # a configuration with a seed missing is left out
+            student = sweep / "trials" / f"kd-{cid}-s{seed}"
+            make_tiny_bert(num_layers=depth, seed=seed).save_pretrained(student)
+            rows.append(results_table.trial_row(f"kd-{cid}-s{seed}", "kd", seed, {"num_layers": depth, "alpha": alpha},
+                                                "finished", {"metric": 0.6 + n / 10 + seed / 100, "teacher_metric": 0.9,
+                                                             "student_path": str(student)}))
+    results_table.upsert(sweep / "results.parquet", rows)
+    teacher = tmp_path / "teacher"
+    make_tiny_bert(num_layers=4).save_pretrained(teacher)
+    settings = LatencyConfig(batch_size=4, seq_length=16, shapes=["4x16"], min_runs=3, min_seconds=0.1, warmup=1)
+    table = bench.collect(spec, sweep, teacher, majority_metric=0.5, settings=settings)
+    assert len(table) == 3
+    first = table.iloc[0]
+    assert json.loads(first["params"]) == {"method": "kd", "kd.num_layers": 1, "kd.alpha": 0.3}
+    assert list(first["seed_metrics"]) == pytest.approx([0.6, 0.61]) and first["metric"] == pytest.approx(0.605)
+    by_depth = table.groupby(table["params"].map(lambda p: json.loads(p)["kd.num_layers"]))["latency_ms"].nunique()
+    assert (by_depth == 1).all()  # one timing per architecture
+    assert table["teacher_latency_ms"].nunique() == 1 and table["majority_metric"].eq(0.5).all()
+    assert bench.replay_spec(table, "tpe", 2, 0).methods["kd"].domains()["num_layers"].grid == [1, 2]
