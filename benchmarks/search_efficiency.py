@@ -44,6 +44,7 @@ from pipeline.config import LatencyConfig, SweepSpec, load_spec, spec_from_dict 
 from pipeline.search.joint_space import METHOD  # noqa: E402
 from pipeline.search.search_latency import SearchLatency  # noqa: E402
 from pipeline.search.searcher import ConfigurationSearcher, hypervolume  # noqa: E402
+from pipeline.search.space import Trial  # noqa: E402
 from pipeline.storage import WorkStore  # noqa: E402
 from pipeline.workdir import RESULTS_FILE  # noqa: E402
 
@@ -99,6 +100,10 @@ def replay_spec(table: pd.DataFrame, algorithm: str, budget: int, seed: int) -> 
     })
 
 
+def _key(params: dict[str, Any]) -> str:
+    return json.dumps(params, sort_keys=True)
+
+
 def front(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
     return [p for p in points if not any(q[0] >= p[0] and q[1] <= p[1] and q != p for q in points)]
 
@@ -106,24 +111,33 @@ def front(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
 def replay(table: pd.DataFrame, algorithm: str, seed: int, budget: int = max(BUDGETS)) -> list[dict[str, Any]]:
     """One search over the table: per budget, the found front's hypervolume, best metric and the
     fastest configuration within 1 point of the teacher."""
-    by_id = table.set_index("config_id")
     spec = replay_spec(table, algorithm, budget, seed)
+    by_key = {_key(json.loads(p)): i for i, p in enumerate(table["params"])}  # the study's parameters → row
+
+    def row(trial: Trial) -> pd.Series | None:
+        """The table's row of a suggested configuration; None for a grid point the table lacks (a
+        configuration of the collected sweep with a seed missing): it is told failed."""
+        searched = {name: getattr(trial.params, name) for name in spec.methods[trial.method].domains()}
+        index = by_key.get(_key({METHOD: trial.method, **{f"{trial.method}.{k}": v for k, v in searched.items()}}))
+        return None if index is None else table.iloc[index]
+
     with tempfile.TemporaryDirectory() as tmp:
         searcher = ConfigurationSearcher(spec, METRIC, str(Path(tmp) / "study.journal"),
-                                         latency=lambda trial: float(by_id.loc[trial.config_id, "latency_ms"]))
+                                         latency=lambda trial: float(row(trial)["latency_ms"]))  # type: ignore[index]
         for i in range(budget * len(spec.seeds)):
             handed = searcher.suggest(f"r{i}")
             if not isinstance(handed, dict):
                 break
-            trial = handed["trial"]
-            value = float(by_id.loc[trial.config_id, "seed_metrics"][trial.seed])
+            found = row(handed["trial"])
+            value = float(found["seed_metrics"][handed["trial"].seed]) if found is not None else float("nan")
             searcher.on_trial_complete(f"r{i}", {"drydock_final": 1.0, METRIC: value})
-        told = [c.trial.config_id for c in searcher.told() if c.told == "complete"]
+        told = [row(c.trial) for c in searcher.told() if c.told == "complete"]
+    by_id = pd.DataFrame([r for r in told if r is not None])
     ref = (float(table["majority_metric"].iloc[0]), float(table["teacher_latency_ms"].iloc[0]))
     teacher_metric = float(table["teacher_metric"].iloc[0])
     rows = []
     for k in BUDGETS:
-        found = by_id.loc[told[:k]]
+        found = by_id.iloc[:k] if len(by_id) else pd.DataFrame(columns=["metric", "latency_ms"])
         points = list(zip(found["metric"], found["latency_ms"], strict=True))
         close = found[found["metric"] >= teacher_metric - 0.01]
         rows.append({"algorithm": algorithm, "seed": seed, "budget": k, "hypervolume": hypervolume(front(points), ref),

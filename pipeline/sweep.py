@@ -14,7 +14,6 @@ driver → Tune → the recorder. The folders of a sweep and its runs: `pipeline
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -31,7 +30,7 @@ from pipeline.search.driver import SearchContext
 from pipeline.search.ray_instance import check_gpu_workers, init_ray, max_concurrent
 from pipeline.search.recorder import SweepRecorder, record_pending, stand_in_callback
 from pipeline.search.sealed import Sealed
-from pipeline.search.searcher import study_searcher
+from pipeline.search.searcher import study_searcher, write_search_summary
 from pipeline.search.space import expand_trials
 from pipeline.search.state import end_run, open_run, run_revisions, run_storage, start_run
 from pipeline.search.teacher import teacher_stage
@@ -40,7 +39,7 @@ from pipeline.search.tuner import close_progress, make_tuner
 from pipeline.select.stage import select_stage
 from pipeline.storage import WorkStore
 from pipeline.tracking import TRACKING_DB, SweepTracker, uses_default_store
-from pipeline.workdir import ARTIFACTS_DIR, CACHE_DIR, SEARCH_FILE, atomic_write
+from pipeline.workdir import ARTIFACTS_DIR, CACHE_DIR, SEARCH_FILE
 
 # Runs started before the recorder left this module pickled their Tune callback (tuner.pkl) as a
 # call to `pipeline.sweep._stand_in_callback`: the name stays so that `--resume` unpickles them.
@@ -113,9 +112,8 @@ def run_sweep(spec: SweepSpec, workdir: str | Path, *, resume: bool = False, add
             recorder.reconcile(tuner.fit())
         finally:
             close_progress(tuner)
-        if searcher is not None:  # before the select stage, whose report shows it
-            atomic_write(run.paths.run_dir / SEARCH_FILE, json.dumps(searcher.summary(), indent=2))
-            store.push(f"{run.paths.run_dir.relative_to(local).as_posix()}/{SEARCH_FILE}")
+        if searcher is not None:  # before the select stage, whose report shows it (pushed with the run's files)
+            write_search_summary(searcher, run.paths.run_dir / SEARCH_FILE, log)
         recorder.close()  # the verifier is not needed while measuring latency
         # the teacher as every node reaches it (a given teacher folder is published under teachers/)
         select_stage(spec, local, run.paths.sweep_dir, tracker, store.localize(teacher_ref), log, store=store)

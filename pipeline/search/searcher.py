@@ -24,6 +24,7 @@ configuration never reached Tune) is told failed and does not count.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import pickle
@@ -46,7 +47,7 @@ from pipeline.search.space import Trial, config_id
 from pipeline.search.state import SweepRun
 from pipeline.search.warm_start import warm_start
 from pipeline.storage import WorkStore
-from pipeline.workdir import STUDY_FILE
+from pipeline.workdir import STUDY_FILE, atomic_write
 
 logger = logging.getLogger(__name__)
 
@@ -113,7 +114,6 @@ class ConfigurationSearcher(Searcher):
         self.queue: list[tuple[str, int]] = []  # seeds of asked configurations not yet handed to Tune
         self.started = time.time()
         self.exhausted = False
-        self.known: dict[str, list[float]] = {}  # config_id -> values of the configurations a warm start seeded
         self.reference: tuple[float, float] | None = None  # (metric, latency ms) the hypervolume counts from
         self._study: Any = None
 
@@ -127,7 +127,9 @@ class ConfigurationSearcher(Searcher):
             studies.quiet_experimental_warnings()
             self._study = studies.open_study(self.spec, Path(self.study_path), self.objectives)
             self._forget_lost_asks()
-            self.known.update(warm_start(self._study, self.spec, self.objectives))
+            seeded = warm_start(self._study, self.spec, self.objectives)
+            if seeded:
+                logger.info("search: the study starts from %d configurations of %s", len(seeded), self.spec.search.warm_start)
         return self._study
 
     def _forget_lost_asks(self) -> None:
@@ -210,9 +212,6 @@ class ConfigurationSearcher(Searcher):
             if cid in self.configs:  # a repeat: the study learns the result it already has, or will
                 self._repeat(self.configs[cid], asked.number)
                 continue
-            if cid in self.known:  # a warm-started configuration: its previous sweep's values
-                studies.tell_values(self.study, asked.number, self.known[cid])
-                continue
             asked.set_user_attr("config_id", cid)
             order = len(self.configs) + 1
             asked.set_user_attr("order", order)
@@ -221,8 +220,8 @@ class ConfigurationSearcher(Searcher):
             self.queue.extend((cid, seed) for seed in self.seeds)
             self._publish()  # the work location's study holds every ask a snapshot of Tune's can name
             return True
-        logger.warning("search: %d suggestions in a row repeated configurations already asked; the space "
-                       "looks exhausted after %d configurations", MAX_REPEATS, len(self.configs))
+        logger.warning("search: %d suggestions in a row were configurations already asked, seeded or refused; "
+                       "the search ends after %d configurations", MAX_REPEATS, len(self.configs))
         self.exhausted = True
         return False
 
@@ -286,7 +285,7 @@ class ConfigurationSearcher(Searcher):
 
     def save(self, checkpoint_path: str) -> None:
         self._publish()  # the snapshot never names an ask the work location's study lacks
-        state = {k: getattr(self, k) for k in ("configs", "by_trial", "queue", "exhausted", "known")}
+        state = {k: getattr(self, k) for k in ("configs", "by_trial", "queue", "exhausted")}
         state["elapsed"] = time.time() - self.started  # the time budget counts search time, not the pause of a kill
         with open(checkpoint_path, "wb") as f:
             pickle.dump(state, f)
@@ -338,8 +337,11 @@ class ConfigurationSearcher(Searcher):
             if len(names) < 2 or len(complete) < 4:
                 continue
             try:
+                # fANOVA (variance explained: the sign of the objective does not matter) over the trials
+                # that have these parameters, i.e. this method's; Optuna's default evaluator would mix methods
+                evaluator = optuna.importance.FanovaImportanceEvaluator(seed=0)
                 found[method] = optuna.importance.get_param_importances(
-                    self.study, params=names, target=lambda t: t.values[0])
+                    self.study, evaluator=evaluator, params=names, target=lambda t: t.values[0])
             except Exception as e:  # noqa: BLE001 - a report without importances, not a failed sweep
                 logger.warning("search: the importances of %s could not be computed: %s", method, e)
         return found
@@ -370,3 +372,13 @@ def study_searcher(spec: SweepSpec, context: SearchContext, store: WorkStore, ru
     if latency is not None:
         searcher.reference = (0.0, latency.of_folder(teacher))
     return searcher
+
+
+def write_search_summary(searcher: ConfigurationSearcher, path: Path, log: Callable[[str], None]) -> None:
+    """The report's account of the search; one that cannot be written costs the report its Search
+    section, never the select stage after it."""
+    try:
+        atomic_write(path, json.dumps(searcher.summary(), indent=2))
+    except Exception as e:  # noqa: BLE001
+        logger.exception("search: the summary for the report could not be written")
+        log(f"warning: the report will have no Search section: {type(e).__name__}: {e}")

@@ -9,11 +9,15 @@ values fall outside this spec's domains is left out, as is one told with other o
 single-objective study's trials cannot seed a metric-and-latency one; the other way round, the
 metric is kept). Its values are the previous sweep's: the data or the teacher may have changed
 since, which is what a retrain is for, and the new sweep's own configurations soon outweigh them.
-A warm-started configuration the study suggests again is told its known values and not run.
+A warm-started configuration the study suggests again runs like any other (a retrain is for the
+new data or teacher: the previous best is trained again when the sampler still favours it) and
+counts in the budget. NSGA-II builds its generations from its own trials only, so a warm start
+informs TPE and MOTPE.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -25,41 +29,54 @@ from optuna.storages.journal import JournalFileBackend
 from optuna.trial import FrozenTrial, TrialState
 
 from pipeline.config import SweepSpec
-from pipeline.search.joint_space import METHOD, distributions
+from pipeline.errors import SpecError
+from pipeline.search.joint_space import METHOD, distributions, suggest_configuration
+from pipeline.search.space import config_id
 from pipeline.workdir import RUNS_DIR, STUDY_FILE
 
+logger = logging.getLogger(__name__)
 WARM_START = "warm_start"  # the user attribute naming the sweep a seeded trial came from
 
 
 def previous_trials(folder: Path) -> Iterator[FrozenTrial]:
-    """Every complete trial of the studies a previous sweep's runs left (oldest run first)."""
-    for journal in sorted(folder.glob(f"{RUNS_DIR}/*/{STUDY_FILE}")):
+    """Every complete trial of the studies a previous sweep's runs left (newest run first)."""
+    for journal in sorted(folder.glob(f"{RUNS_DIR}/*/{STUDY_FILE}"), reverse=True):  # the newest run's values win
         storage = JournalStorage(JournalFileBackend(str(journal)))
         for study in storage.get_all_studies():
             yield from storage.get_all_trials(study._study_id, deepcopy=False, states=(TrialState.COMPLETE,))
 
 
 def _inside(dist: BaseDistribution, value: Any) -> bool:
+    """`value` is one this spec's distribution can give (an integer domain takes whole numbers only)."""
     if isinstance(dist, CategoricalDistribution):
         return value in dist.choices
-    low, high = getattr(dist, "low", None), getattr(dist, "high", None)
-    return isinstance(value, int | float) and low is not None and high is not None and low <= value <= high
+    try:
+        return bool(dist._contains(dist.to_internal_repr(value)))
+    except (TypeError, ValueError):
+        return False
 
 
-def _seed(trial: FrozenTrial, spec: SweepSpec, objectives: Sequence[str]) -> optuna.trial.FrozenTrial | None:
+def _seed(trial: FrozenTrial, spec: SweepSpec, objectives: Sequence[str]) -> tuple[str, FrozenTrial] | None:
+    """The trial as this spec's study holds it, with its configuration's id under this spec (its
+    fixed values may have changed since), or None when this spec cannot hold it."""
     method = trial.params.get(METHOD)
     if method not in spec.methods or trial.values is None:
         return None
     dists = distributions(spec, str(method))
     if set(trial.params) != set(dists) or not all(_inside(dists[k], v) for k, v in trial.params.items()):
         return None
+    try:
+        _, params = suggest_configuration(optuna.trial.FixedTrial(dict(trial.params)), spec)
+    except (SpecError, ValueError):
+        return None
     values = list(trial.values)
     if len(values) != len(objectives):
         if len(objectives) != 1:
             return None
         values = values[:1]  # the metric: a study's first objective (`pipeline.search.study`)
-    return optuna.trial.create_trial(params=dict(trial.params), distributions=dists, values=values,
-                                     user_attrs={**trial.user_attrs, WARM_START: True})
+    cid = config_id(str(method), params)
+    return cid, optuna.trial.create_trial(params=dict(trial.params), distributions=dists, values=values,
+                                          user_attrs={**trial.user_attrs, "config_id": cid, WARM_START: True})
 
 
 def warm_start(study: optuna.Study, spec: SweepSpec, objectives: Sequence[str]) -> dict[str, list[float]]:
@@ -69,10 +86,14 @@ def warm_start(study: optuna.Study, spec: SweepSpec, objectives: Sequence[str]) 
         return {}  # a resumed study was seeded when it was new
     known: dict[str, list[float]] = {}
     for trial in previous_trials(Path(folder).expanduser()):
-        seeded = _seed(trial, spec, objectives)
-        cid = trial.user_attrs.get("config_id")
-        if seeded is None or not cid or cid in known:
+        found = _seed(trial, spec, objectives)
+        if found is None or found[0] in known:
             continue
-        study.add_trial(seeded)
+        cid, seeded = found
+        try:
+            study.add_trial(seeded)
+        except (ValueError, TypeError) as e:  # a trial Optuna refuses is left out, not a failed sweep
+            logger.warning("search.warm_start: configuration %s of %s left out: %s", cid, folder, e)
+            continue
         known[cid] = list(seeded.values)
     return known

@@ -497,7 +497,7 @@ def write_report(sweep_dir: Path, frame: pd.DataFrame, ctx: ReportContext, chose
         md += [f"## {title}", ""] + ([note, ""] if note else [])
         md += [markdown_table(table) if table is not None and len(table) else "_none_", ""]
     md += ["## Plot", "", f"![{metric_name} vs latency]({PARETO_PNG})", ""]
-    search = search_section(sweep_dir, frame)  # a study's search, when one ran
+    search = search_section(sweep_dir, frame)  # a study's search, when one ran (None when its summary is unreadable)
     if search is not None:
         md += section_markdown(search, markdown_table(search.importances) if search.importances is not None else "")
         files.extra = (search.plot,) if search.plot is not None else ()

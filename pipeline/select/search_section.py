@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import html
 import json
+import logging
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,6 +21,8 @@ from typing import Any
 import pandas as pd
 
 from pipeline.workdir import SEARCH_FILE, SEARCH_PNG
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -31,7 +35,8 @@ class SearchSection:
 def final_latencies(frame: pd.DataFrame) -> dict[str, float]:
     """Each configuration's latency as the select stage timed it (the mean over the seeds timed)."""
     timed = frame[frame["latency_ms"].notna()]
-    ids = timed["trial_id"].astype(str).str.rsplit("-s", n=1).str[0].str.split("-", n=1).str[1]
+    # a trial id is `<method>-<config_id>-s<seed>`; a plugin's method name may hold "-" itself
+    ids = [key[len(str(m)) + 1:].rsplit("-s", 1)[0] for key, m in zip(timed["trial_id"], timed["method"], strict=True)]
     return {str(k): float(v) for k, v in timed.groupby(ids)["latency_ms"].mean().items()}
 
 
@@ -42,17 +47,24 @@ def rank_agreement(summary: dict[str, Any], frame: pd.DataFrame) -> tuple[float,
     final = final_latencies(frame)
     pairs = [(c["latency_ms"], final[c["config_id"]]) for c in summary["configurations"]
              if c.get("latency_ms") is not None and c["config_id"] in final]
-    if len(pairs) < 3:
-        return None
-    rho = spearmanr([a for a, _ in pairs], [b for _, b in pairs]).statistic
-    return float(rho), len(pairs)
+    if len(pairs) < 3 or len({a for a, _ in pairs}) < 2 or len({b for _, b in pairs}) < 2:
+        return None  # too few to rank, or a side all equal (no ranking at all)
+    rho = float(spearmanr([a for a, _ in pairs], [b for _, b in pairs]).statistic)
+    return (rho, len(pairs)) if math.isfinite(rho) else None
 
 
 def search_section(run_dir: Path, frame: pd.DataFrame) -> SearchSection | None:
     path = run_dir / SEARCH_FILE
     if not path.is_file():
         return None
-    summary = json.loads(path.read_text(encoding="utf-8"))
+    try:
+        return _section(json.loads(path.read_text(encoding="utf-8")), run_dir, frame)
+    except (ValueError, KeyError, TypeError, IndexError) as e:  # a report without the section, not a failed stage
+        logger.warning("report: %s is unreadable (%s); no Search section", path, e)
+        return None
+
+
+def _section(summary: dict[str, Any], run_dir: Path, frame: pd.DataFrame) -> SearchSection:
     told = summary["configurations"]
     counts = {k: sum(c["told"] == k for c in told) for k in ("complete", "pruned", "failed")}
     section = SearchSection([

@@ -102,3 +102,10 @@ def test_collect_makes_the_table_of_a_finished_grid_sweep_one_timing_per_archite
     assert (by_depth == 1).all()  # one timing per architecture
     assert table["teacher_latency_ms"].nunique() == 1 and table["majority_metric"].eq(0.5).all()
     assert bench.replay_spec(table, "tpe", 2, 0).methods["kd"].domains()["num_layers"].grid == [1, 2]
+
+
+def test_a_grid_point_the_table_lacks_is_told_failed_not_a_crash():
+    bench = load_script()
+    table = synthetic_table().iloc[1:]  # a configuration the collected sweep dropped (a seed missing)
+    rows = bench.replay(table, "random", seed=1, budget=20)
+    assert rows[2]["best_metric"] == pytest.approx(table["metric"].max())

@@ -212,3 +212,15 @@ def test_the_summary_holds_every_told_configuration_and_the_hypervolume_after_ea
     assert [(c["told_rank"], c["metric"], c["latency_ms"]) for c in summary["configurations"]] == [
         (1, pytest.approx(0.8), 4.0), (2, pytest.approx(0.6), 2.0), (3, pytest.approx(0.5), 6.0)]
     assert summary["importances"] == {}  # fewer than 4 complete configurations of a method
+
+
+def test_importances_are_each_methods_own_and_sum_to_one(tmp_path):
+    only_kd = spec_from_dict({**spec("tpe", budget=6, seeds=(0,)).model_dump(mode="json"),
+                              "methods": {"kd": {"num_layers": {"randint": [1, 5]}, "alpha": {"uniform": [0.1, 0.9]}}}})
+    s = searcher(tmp_path, only_kd, latency=None)
+    for i in range(6):
+        trial = s.suggest(f"t{i}")["trial"]
+        s.on_trial_complete(f"t{i}", final(0.5 + 0.1 * trial.params.num_layers))  # depth decides everything
+    found = s.summary()["importances"]["kd"]
+    assert set(found) == {"kd.num_layers", "kd.alpha"} and sum(found.values()) == pytest.approx(1.0)
+    assert found["kd.num_layers"] > found["kd.alpha"]

@@ -38,15 +38,16 @@ def _study(searcher):
     return searcher.study
 
 
-def test_a_warm_started_study_holds_the_previous_sweeps_configurations_and_runs_none_of_them_again(tmp_path):
+def test_a_warm_started_study_holds_the_previous_sweeps_configurations_once(tmp_path):
     folder, previous = _previous_sweep(tmp_path)
     s = ConfigurationSearcher(_spec(warm_start=str(folder)), METRIC, str(tmp_path / "new/study.journal"), latency=lambda t: 1.0)
     seeded = [t for t in _study(s).trials if t.user_attrs.get(WARM_START)]
     assert {t.user_attrs["config_id"] for t in seeded} == set(previous)
     assert all(t.state == TrialState.COMPLETE and len(t.values) == 2 for t in seeded)
     handed = [s.suggest(f"n{i}") for i in range(4)]
-    assert not {h["trial"].config_id for h in handed} & set(previous)  # a known configuration is told, not run
-    assert len(s.configs) == 4  # the budget counts what runs, not what was seeded
+    assert len({h["trial"].config_id for h in handed}) == 4 and len(s.configs) == 4  # the budget counts what runs
+    again = ConfigurationSearcher(_spec(warm_start=str(folder)), METRIC, str(tmp_path / "new/study.journal"))
+    assert len(_study(again).trials) == len(_study(s).trials)  # reopened (a resume): not seeded twice
 
 
 def test_configurations_outside_this_specs_space_or_objectives_are_left_out(tmp_path):
@@ -93,3 +94,11 @@ def test_a_warm_start_folder_without_a_study_is_named_before_any_work(tmp_path):
         with pytest.raises(SpecError) as info:
             check_for_sweep(_spec(warm_start=str(folder)))
         assert any(line.startswith("search.warm_start: ") and problem in line for line in info.value.problems)
+
+
+def test_a_configuration_whose_fixed_values_changed_gets_its_id_under_the_new_spec(tmp_path):
+    folder, previous = _previous_sweep(tmp_path)
+    changed = {**METHODS, "kd": {**METHODS["kd"], "temperature": 4.0}}  # a fixed value the old ids did not include
+    s = ConfigurationSearcher(_spec(methods=changed, warm_start=str(folder)), METRIC, str(tmp_path / "c.journal"))
+    kd_ids = {t.user_attrs["config_id"] for t in _study(s).trials if t.params["method"] == "kd"}
+    assert kd_ids and not kd_ids & set(previous)

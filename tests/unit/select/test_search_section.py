@@ -23,7 +23,10 @@ SUMMARY = {
 
 
 def _frame(latencies: dict[str, list[float | None]]) -> pd.DataFrame:
-    rows = [{"trial_id": f"kd-{cid}-s{seed}", "latency_ms": lat} for cid, lats in latencies.items() for seed, lat in enumerate(lats)]
+    if not latencies:
+        return pd.DataFrame(columns=["trial_id", "method", "latency_ms"])
+    rows = [{"trial_id": f"kd-{cid}-s{seed}", "method": "kd", "latency_ms": lat}
+            for cid, lats in latencies.items() for seed, lat in enumerate(lats)]
     return pd.DataFrame(rows)
 
 
@@ -53,3 +56,15 @@ def test_the_section_says_how_the_search_went_and_draws_its_hypervolume(tmp_path
     assert section.importances.to_dict("records") == [{"method": "kd", "parameter": "num_layers", "importance": 0.9},
                                                       {"method": "kd", "parameter": "alpha", "importance": 0.1}]
     assert "![hypervolume per configuration](search.png)" in section_markdown(section, "")
+
+
+def test_a_plugin_method_with_a_dash_in_its_name_keeps_its_configuration_ids():
+    frame = pd.DataFrame([{"trial_id": "my-kd-aaaa-s0", "method": "my-kd", "latency_ms": 2.0}])
+    assert final_latencies(frame) == {"aaaa": 2.0}
+
+
+def test_equal_latencies_have_no_ranking_and_an_unreadable_summary_costs_only_the_section(tmp_path):
+    equal = _frame({"aaaa": [5.0], "bbbb": [5.0], "dddd": [5.0]})
+    assert rank_agreement(SUMMARY, equal) is None  # Spearman of a constant is undefined, not "nan"
+    (tmp_path / "search.json").write_text('{"algorithm": "motpe"')
+    assert search_section(tmp_path, equal) is None
