@@ -5,10 +5,8 @@ as `test_sweep_resume.py` runs a grid."""
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import optuna
@@ -17,7 +15,7 @@ import pytest
 from optuna.trial import TrialState
 
 from tests.integration.search.test_sweep import ROOT, SMOKE
-from tests.integration.search.test_sweep_resume import _kill_session
+from tests.integration.search.test_sweep_resume import _kill_session, kill_after_first_outcome
 
 pytestmark = pytest.mark.ray
 
@@ -33,22 +31,7 @@ def test_a_killed_search_resumes_its_study_and_runs_exactly_its_budget_with_no_c
     workdir = tmp_path / "w"
     temp_dir = Path("/tmp") / f"ds{os.getpid()}"
     env = {**os.environ, "DRYDOCK_RAY_TMPDIR": str(temp_dir)}
-    driver = subprocess.Popen(_cmd(workdir), cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                              start_new_session=True)
-    deadline = time.time() + 300
-    try:
-        while time.time() < deadline:
-            outcomes = list((workdir / "smoke").glob("runs/*/trials/*/outcome.json"))
-            if outcomes or driver.poll() is not None:
-                break
-            time.sleep(1)
-        assert driver.poll() is None, driver.stdout.read()[-3000:]
-        assert outcomes, "no trial finished in time"
-        time.sleep(3)  # into the second configuration
-        os.killpg(driver.pid, signal.SIGKILL)
-        driver.wait()
-    finally:
-        _kill_session(temp_dir)
+    outcomes = kill_after_first_outcome(_cmd(workdir), workdir / "smoke", env, temp_dir, after_s=3)  # into the second configuration
     first = {p.parent.name: p.stat().st_mtime_ns for p in outcomes}
     resumed = subprocess.run(_cmd(workdir, "--resume"), cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     _kill_session(temp_dir)

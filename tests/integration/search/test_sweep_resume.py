@@ -40,26 +40,35 @@ def _kill_session(temp_dir: Path) -> None:
                 pass
 
 
-def test_resume_after_killing_the_driver_finishes_every_trial_once(tmp_path):
-    """Two 2-worker DDP trials; the driver is killed after the first finishes, then resumed."""
-    workdir = tmp_path / "w"
-    temp_dir = Path("/tmp") / f"dd{os.getpid()}"
-    env = {**os.environ, "DRYDOCK_RAY_TMPDIR": str(temp_dir), "DRYDOCK_CACHE_DIR": str(tmp_path / "first-cache")}
-    driver = subprocess.Popen(_sweep_cmd(workdir), cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+def kill_after_first_outcome(cmd: list[str], sweep_dir: Path, env: dict[str, str], temp_dir: Path,
+                             after_s: float = 0.0) -> list[Path]:
+    """Start `drydock sweep`, SIGKILL its process group `after_s` seconds after the first trial's
+    outcome appears, and clean up the Ray processes it orphans; returns the outcomes seen."""
+    driver = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                               start_new_session=True)
     deadline = time.time() + 300
     try:
         while time.time() < deadline:
-            outcomes = list((workdir / "smoke").glob("runs/*/trials/*/outcome.json"))
+            outcomes = list(sweep_dir.glob("runs/*/trials/*/outcome.json"))
             if outcomes or driver.poll() is not None:
                 break
             time.sleep(1)
         assert driver.poll() is None, driver.stdout.read()[-3000:]
         assert outcomes, "no trial finished in time"
+        time.sleep(after_s)
         os.killpg(driver.pid, signal.SIGKILL)
         driver.wait()
     finally:
         _kill_session(temp_dir)
+    return outcomes
+
+
+def test_resume_after_killing_the_driver_finishes_every_trial_once(tmp_path):
+    """Two 2-worker DDP trials; the driver is killed after the first finishes, then resumed."""
+    workdir = tmp_path / "w"
+    temp_dir = Path("/tmp") / f"dd{os.getpid()}"
+    env = {**os.environ, "DRYDOCK_RAY_TMPDIR": str(temp_dir), "DRYDOCK_CACHE_DIR": str(tmp_path / "first-cache")}
+    outcomes = kill_after_first_outcome(_sweep_cmd(workdir), workdir / "smoke", env, temp_dir)
     first = {p.parent.name for p in outcomes}
     env["DRYDOCK_CACHE_DIR"] = str(tmp_path / "second-cache")  # another machine: nothing of the first run's mirror
     resumed = subprocess.run(_sweep_cmd(workdir, "--resume"), cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)

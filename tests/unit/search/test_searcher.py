@@ -147,14 +147,22 @@ def test_hypervolume_of_a_two_point_front_is_the_union_of_their_rectangles():
     assert hypervolume([(0.4, 1.0), (0.9, 11.0)], (0.5, 10.0)) == 0.0  # outside the reference
 
 
-def test_the_progress_line_counts_told_configurations_and_the_fronts_hypervolume(tmp_path):
-    s = searcher(tmp_path, latency=lambda trial: {0.8: 4.0, 0.6: 2.0, 0.5: 6.0}[s.pending_metric])
+def three_told(tmp_path):
+    """Three configurations told, both seeds each: 0.8 at 4 ms, 0.6 at 2 ms, 0.5 at 6 ms (reference 0, 10 ms)."""
+    latencies = {0.8: 4.0, 0.6: 2.0, 0.5: 6.0}
+    told: list[float] = []
+    s = searcher(tmp_path, latency=lambda trial: latencies[told[-1]])
     s.reference = (0.0, 10.0)
-    for i, metric in enumerate((0.8, 0.6, 0.5)):
+    for i, metric in enumerate(latencies):
         s.suggest(f"a{i}"), s.suggest(f"b{i}")
-        s.pending_metric = metric
+        told.append(metric)
         s.on_trial_complete(f"a{i}", final(metric))
         s.on_trial_complete(f"b{i}", final(metric))
+    return s
+
+
+def test_the_progress_line_counts_told_configurations_and_the_fronts_hypervolume(tmp_path):
+    s = three_told(tmp_path)
     # front: 0.8@4 and 0.6@2 (0.5@6 is dominated): 0.6×2 + 0.8×6 = 6.0
     assert s.progress_text() == "search: 3 of 4 configurations told (3 complete, 0 pruned, 0 failed); front of 2, hypervolume 6"
 
@@ -199,13 +207,7 @@ def test_a_snapshot_is_pushed_with_the_study_so_it_never_names_an_ask_the_locati
 
 
 def test_the_summary_holds_every_told_configuration_and_the_hypervolume_after_each(tmp_path):
-    s = searcher(tmp_path, latency=lambda trial: {0.8: 4.0, 0.6: 2.0, 0.5: 6.0}[s.pending_metric])
-    s.reference = (0.0, 10.0)
-    for i, metric in enumerate((0.8, 0.6, 0.5)):
-        s.suggest(f"a{i}"), s.suggest(f"b{i}")
-        s.pending_metric = metric
-        s.on_trial_complete(f"a{i}", final(metric))
-        s.on_trial_complete(f"b{i}", final(metric))
+    s = three_told(tmp_path)
     summary = s.summary()
     # 0.8@4: 0.8×6 = 4.8; + 0.6@2: 0.6×2 + 0.8×6 = 6.0; + 0.5@6, dominated: 6.0
     assert summary["hypervolume"] == pytest.approx([4.8, 6.0, 6.0])
