@@ -46,7 +46,7 @@ from pipeline.search.search_latency import SearchLatency  # noqa: E402
 from pipeline.search.searcher import ConfigurationSearcher, hypervolume  # noqa: E402
 from pipeline.search.space import Trial  # noqa: E402
 from pipeline.storage import WorkStore  # noqa: E402
-from pipeline.workdir import RESULTS_FILE  # noqa: E402
+from pipeline.workdir import RESULTS_FILE, config_id_of  # noqa: E402
 
 ALGORITHMS = ("random", "tpe", "motpe", "nsga2")
 BUDGETS = (10, 20, 40)
@@ -59,7 +59,7 @@ def collect(spec: SweepSpec, sweep_dir: Path, teacher: Path, majority_metric: fl
     its student timed once per architecture at the selection's front shape (the search's engine)."""
     frame = results_table.read_results(sweep_dir / RESULTS_FILE)
     frame = frame[frame["status"] == "finished"].copy()
-    frame["config_id"] = [key[len(m) + 1:].rsplit("-s", 1)[0] for key, m in zip(frame["trial_id"], frame["method"], strict=True)]
+    frame["config_id"] = [config_id_of(key, m) for key, m in zip(frame["trial_id"], frame["method"], strict=True)]
     timer = SearchLatency(WorkStore.open(sweep_dir.parent), "", settings or spec.selection.latency)
     rows = []
     for cid, group in frame.groupby("config_id", sort=False):

@@ -125,6 +125,17 @@ def atomic_path(target: Path) -> Iterator[Path]:
             tmp.unlink(missing_ok=True)
 
 
+def trial_key(method: str, config_id: str, seed: int) -> str:
+    """A trial's key: its folder's name under `trials/`, its row's `trial_id`, its MLflow run's name."""
+    return f"{method}-{config_id}-s{seed}"
+
+
+def config_id_of(key: str, method: str) -> str:
+    """The configuration id inside a `trial_key` (its inverse, given the method: a plugin's method
+    name may hold "-" itself), "" for a key that is not one of `method`'s."""
+    return key[len(method) + 1:].rsplit("-s", 1)[0] if key.startswith(f"{method}-") else ""
+
+
 def atomic_write(path: Path, data: bytes | str, *, encoding: str = "utf-8") -> Path:
     """Write `data` to `path` in one step: a reader, or a crash mid-write, leaves the old file whole."""
     with atomic_path(Path(path)) as tmp:

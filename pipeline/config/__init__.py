@@ -101,8 +101,6 @@ from pipeline.config.schema import (
 )
 from pipeline.measure.runtimes import DEFAULT_RUNTIMES, RuntimeName
 
-_space_from_state = space_from_state  # what a parameter space pickled before the split names
-
 __all__ = [
     "ADDED_LATER", "DEFAULT_FRONT", "DEFAULT_RUNTIMES", "DEFAULT_SHAPES", "DOMAINS", "DOMAIN_KINDS", "GLUE_TASKS", "HOW_IT_RUNS",
     "KEPT_BY_THE_RUN", "MAX_COMBINATIONS_CHECKED", "MAX_NAME_LENGTH", "MAX_SEED", "MAX_SPEC_DEPTH", "MAX_SPEC_VALUES", "MAX_TRIALS",

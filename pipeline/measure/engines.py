@@ -569,9 +569,7 @@ def measure_peak_memory(variant: Variant, threads: int, inputs: Mapping[str, Any
       `torch-bf16` it includes the fp32 file's pages, mapped while the weights are cast. It is
       coarse: what fits in heap pages the process already holds in part is not seen (a test
       model of tens of kB can read 0), and the same variant measured twice in one process
-      differed by up to 25% (the MiniLM-L6 teacher at 32 × 64, `benchmarks/parity.py`, two
-      measurements of each: 166 and 144 MB in fp32, 114 and 91 MB in fp16, 110 and 108 MB in
-      bf16, 167 and 170 MB in onnxruntime, 91 and 94 MB in int8). The resident set is the process's, so nothing else may
+      differed by up to 25% (docs/runtimes.md, "Peak memory"). The resident set is the process's, so nothing else may
       run in the process meanwhile — one variant at a time, before or after timing, never during
       it. Without a writable `CLEAR_REFS` (not Linux, an older kernel, a sandbox) or when VmHWM
       does not follow the reset: None.

@@ -290,13 +290,14 @@ def measure_interleaved(
     synchronize: Callable[[], object] | None = None,
     clock: Callable[[], float] = time.perf_counter,
     log: Callable[[str], None] | None = None,
+    drop_failures: bool = True,
 ) -> InterleavedResult:
     """Time every runner interleaved (the module docstring says why) and the speedup of each over
     each reference. `runners`: name → a zero-argument callable running one forward pass on inputs
     it holds; `synchronize`: called after each pass, so a GPU's queued kernels are timed with the
     pass that launched them; `clock`: seconds. A runner that raises is dropped with its times and
-    recorded in `errors` (the others go on, as a broken student does in a sweep); a DrydockError
-    (a user mistake) stops everything."""
+    recorded in `errors` (the others go on, as a broken student does in a sweep); a DrydockError (a user
+    mistake), or any error with `drop_failures=False` (a model timed alone: its caller tells OOM by type), stops all."""
     settings = settings or InterleaveSettings()
     refs = [references] if isinstance(references, str) else list(references)
     for ref in refs:
@@ -316,9 +317,9 @@ def measure_interleaved(
             active[name]()
             sync()  # a GPU call returns before its kernels finish: time the work, not the launch
             return (clock() - t0) * 1000.0
-        except DrydockError:
-            raise
         except Exception as e:  # noqa: BLE001 — a broken runner must not hide the others' figures
+            if isinstance(e, DrydockError) or not drop_failures:
+                raise
             errors[name] = f"{type(e).__name__}: {e}"[:500]
             del active[name]
             if log is not None:

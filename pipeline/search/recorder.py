@@ -32,7 +32,7 @@ from pipeline.search.state import SweepPaths
 from pipeline.storage import WorkStore
 from pipeline.tracking import SweepTracker
 from pipeline.training.export import VERIFY_FILE, ExportMismatch, Verifier, load_reference, verify_export
-from pipeline.workdir import METRICS_FILE, STUDENT_DIR
+from pipeline.workdir import METRICS_FILE, STUDENT_DIR, config_id_of
 
 logger = logging.getLogger(__name__)
 
@@ -99,7 +99,7 @@ def row_record(row: dict[str, Any]) -> tuple[str, dict[str, Any], str, dict[str,
     """What a trial's MLflow run is written from, read back from its row: its key, run parameters,
     status and outcome (the reports a failing store missed while the trial ran are not in it)."""
     key, method = str(row["trial_id"]), str(row["method"])
-    config_id = key[len(method) + 1:].rsplit("-s", 1)[0] if key.startswith(f"{method}-") else ""
+    config_id = config_id_of(key, method)
     params = {k.removeprefix("params."): _plain(v) for k, v in row.items() if k.startswith("params.") and _present(v)}
     outcome: dict[str, Any] = {k: _plain(row[k]) for k in ("error", "student_path", "steps", "num_params", "num_params_encoder",
                                                            "train_seconds") if _present(row.get(k))}

@@ -23,6 +23,7 @@ from pydantic import ValidationError
 from pipeline.config import Grid, ParamSpace, Sampled, SweepSpec, param_error
 from pipeline.errors import SpecError
 from pipeline.search.sealed import Sealed
+from pipeline.workdir import trial_key
 
 if TYPE_CHECKING:  # at run time the driver imports this module, which must not load torch (methods.base does)
     from methods.base import MethodParams
@@ -73,10 +74,6 @@ def _travelled(method: str, params: Sealed[MethodParams], seed: int, config_id: 
     trial = Trial.__new__(Trial)
     trial.method, trial._params, trial.seed, trial.config_id, trial.order = method, params, seed, config_id, order
     return trial
-
-
-def trial_key(method: str, config_id: str, seed: int) -> str:
-    return f"{method}-{config_id}-s{seed}"
 
 
 def key_of(trial: Trial | Mapping[str, Any]) -> str:

@@ -20,7 +20,7 @@ from typing import Any
 
 import pandas as pd
 
-from pipeline.workdir import SEARCH_FILE, SEARCH_PNG
+from pipeline.workdir import SEARCH_FILE, SEARCH_PNG, config_id_of
 
 logger = logging.getLogger(__name__)
 
@@ -35,8 +35,7 @@ class SearchSection:
 def final_latencies(frame: pd.DataFrame) -> dict[str, float]:
     """Each configuration's latency as the select stage timed it (the mean over the seeds timed)."""
     timed = frame[frame["latency_ms"].notna()]
-    # a trial id is `<method>-<config_id>-s<seed>`; a plugin's method name may hold "-" itself
-    ids = [key[len(str(m)) + 1:].rsplit("-s", 1)[0] for key, m in zip(timed["trial_id"], timed["method"], strict=True)]
+    ids = [config_id_of(str(key), str(m)) for key, m in zip(timed["trial_id"], timed["method"], strict=True)]
     return {str(k): float(v) for k, v in timed.groupby(ids)["latency_ms"].mean().items()}
 
 

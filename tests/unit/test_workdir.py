@@ -185,3 +185,14 @@ def test_no_module_but_the_store_computes_an_address():
         if pattern.search(line) and path.relative_to(root).as_posix() != "pipeline/storage.py"
     )
     assert found == []
+
+
+def test_a_trial_key_gives_back_its_configuration_id_even_when_the_method_name_has_dashes():
+    """The report's Search section, the recorder and the benchmark read a configuration from a
+    row's trial id: `config_id_of` must invert `trial_key` for any method name a plugin may have."""
+    from pipeline.workdir import config_id_of, trial_key
+
+    assert trial_key("kd", "1a0d0257", 3) == "kd-1a0d0257-s3"
+    for method, cid in [("kd", "1a0d0257"), ("my-kd-s2", "ab-s1"), ("cofi", "")]:
+        assert config_id_of(trial_key(method, cid, 12), method) == cid
+    assert config_id_of("kd-1a0d0257-s0", "theseus") == ""  # another method's key

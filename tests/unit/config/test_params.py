@@ -68,25 +68,6 @@ def test_a_typed_spec_pickles_and_copies_as_itself():
         assert list(copied.methods["kd"].given()) == ["temperature", "alpha", "num_layers"]
 
 
-def test_a_spec_pickled_before_the_package_split_opens(monkeypatch):
-    """A spec pickled while the spec was one module names `pipeline.config._space_from_state` and
-    `pipeline.config.<Class>`: pickled so again (each name then must resolve to the very object),
-    it opens equal."""
-    from pipeline.config import domains, schema
-    from pipeline.config import params as spaces
-
-    spec = spec_from_dict({**BASE, "methods": METHODS})
-    monkeypatch.setattr(spaces.space_from_state, "__qualname__", "_space_from_state")
-    monkeypatch.setattr(spaces.space_from_state, "__module__", "pipeline.config")
-    for module in (schema, domains):
-        for cls in [v for v in vars(module).values() if isinstance(v, type) and v.__module__ == module.__name__]:
-            monkeypatch.setattr(cls, "__module__", "pipeline.config")
-    old = pickle.dumps(spec)
-    monkeypatch.undo()
-    assert b"pipeline.config." not in old and b"_space_from_state" in old and b"SweepSpec" in old
-    assert pickle.loads(old) == spec
-
-
 class ThirdPartyParams(MethodParams):
     """A method outside drydock: its space comes from the same function, nothing written for it."""
 

@@ -91,6 +91,21 @@ def test_timed_runs_meet_both_minimums_after_the_warmup():
     assert len(time_alone(model, LatencyConfig(warmup=0, min_runs=6, min_seconds=0.001))) >= 6
 
 
+def test_a_forward_that_fails_while_timed_raises_its_own_exception():
+    """A caller of `time_alone` handles an out-of-memory error or a shape mistake by its type (a
+    GPU's `torch.OutOfMemoryError` means a smaller batch, not a broken student), so the engine's
+    record of a dropped runner must not turn it into a RuntimeError."""
+
+    class Boom(MemoryError):
+        pass
+
+    def model(**inputs):
+        raise Boom("42 GiB asked")
+
+    with pytest.raises(Boom, match="42 GiB asked"):
+        time_alone(model, LatencyConfig(warmup=0, min_runs=3, min_seconds=0.01), name="student")
+
+
 def test_an_unsettled_median_keeps_sampling_until_the_cap():
     durations = iter([0.001, 0.008] * 10_000)  # two modes: the median never settles
 
