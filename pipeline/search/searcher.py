@@ -68,6 +68,21 @@ def candidate(config: Configuration) -> Candidate:
     return Candidate(config.trial.config_id, metric, Interval(latency, latency), 0.0)
 
 
+def running_hypervolume(told: list[Configuration], reference: tuple[float, float]) -> list[float]:
+    """The front's hypervolume after each told configuration. The front is kept as it grows (a
+    newcomer no member dominates joins it and evicts those it dominates), so a sweep of a thousand
+    configurations costs a thousand small fronts, not a thousand fronts of every prefix."""
+    front: list[Configuration] = []
+    curve = []
+    for config in told:
+        if config.told == "complete":
+            new = candidate(config)
+            if not any(dominates(candidate(member), new) for member in front):
+                front = [member for member in front if not dominates(new, candidate(member))] + [config]
+        curve.append(hypervolume([point(c) for c in front], reference))
+    return curve
+
+
 def hypervolume(points: list[tuple[float, float]], reference: tuple[float, float]) -> float:
     """The area that (metric, latency) points dominate above the reference's metric and below its
     latency: metric is maximised, latency minimised. 0 for no point inside the reference."""
@@ -319,7 +334,7 @@ class ConfigurationSearcher(Searcher):
         told = self.told()
         curve = []
         if self.objectives == ("metric", "latency") and self.reference is not None:
-            curve = [hypervolume([point(c) for c in self.front(told[:i])], self.reference) for i in range(1, len(told) + 1)]
+            curve = running_hypervolume(told, self.reference)
         rows = [{"config_id": c.trial.config_id, "order": c.order, "told_rank": c.told_rank, "method": c.trial.method,
                  "told": c.told, "metric": point(c)[0] if c.told == "complete" else None, "latency_ms": c.latency_ms}
                 for c in told]

@@ -216,6 +216,39 @@ def test_the_summary_holds_every_told_configuration_and_the_hypervolume_after_ea
     assert summary["importances"] == {}  # fewer than 4 complete configurations of a method
 
 
+def test_the_running_hypervolume_equals_each_prefixs_own_front_and_stays_linear():
+    """The summary's curve keeps one front as configurations are told; it must equal the front of
+    every prefix recomputed from scratch (ties, dominated newcomers, evictions, pruned ones
+    between), and a thousand configurations must not cost a thousand prefix fronts."""
+    import random
+    import time
+
+    from pipeline.search.searcher import Configuration, hypervolume, running_hypervolume
+    from pipeline.search.space import Trial
+
+    rng = random.Random(7)
+    told = []
+    for i in range(300):
+        c = Configuration(number=i, order=i + 1, trial=Trial("kd", None, 0, f"c{i}"), told=rng.choice(["complete"] * 4 + ["pruned"]),
+                          told_rank=i + 1, latency_ms=float(rng.choice([1, 2, 3, 4, 5, 6, 7, 8])))
+        c.values = {0: rng.choice([0.5, 0.6, 0.7, 0.8, 0.9])}
+        told.append(c)
+    reference = (0.4, 9.0)
+
+    def prefix_front(prefix):
+        points = [(c.values[0], c.latency_ms) for c in prefix if c.told == "complete"]
+        return [p for p in points if not any(o[0] >= p[0] and o[1] <= p[1] and o != p for o in points)]
+
+    curve = running_hypervolume(told, reference)
+    assert curve == pytest.approx([hypervolume(prefix_front(told[:i]), reference) for i in range(1, len(told) + 1)])
+    assert curve[-1] == pytest.approx(0.5 * 1 * 8)  # 0.9 at 1 ms is drawn: it dominates everything
+
+    many = told * 4  # 1,200 told configurations
+    started = time.perf_counter()
+    running_hypervolume(many, reference)
+    assert time.perf_counter() - started < 2.0
+
+
 def test_importances_are_each_methods_own_and_sum_to_one(tmp_path):
     only_kd = spec_from_dict({**spec("tpe", budget=6, seeds=(0,)).model_dump(mode="json"),
                               "methods": {"kd": {"num_layers": {"randint": [1, 5]}, "alpha": {"uniform": [0.1, 0.9]}}}})
