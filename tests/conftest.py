@@ -16,12 +16,18 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("MLFLOW_ENABLE_ASYNC_LOGGING", "false")
+# One intra-op thread in every process the tests start: the drydock CLIs they run in subprocesses,
+# and Ray's workers (Ray sets its own only where the variable is unset). Two pytest workers share
+# two cores; a process with two OpenMP threads, one of them descheduled, waits at every op's
+# barrier: the smoke teacher's 64 steps took 92 s with two threads beside a busy core and 4.0 s
+# with one (docs/stack-facts.md, "OpenMP threads on a shared machine").
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import pytest
 import torch
 
-# Tiny models gain nothing from intra-op threads, and on a shared 2-core machine two threads per
-# process (plus Ray's workers) oversubscribe the cores: one thread keeps steps fast and steady.
+# Tiny models gain nothing from intra-op threads (and torch may have been imported before this
+# file set OMP_NUM_THREADS): one thread keeps steps fast and steady.
 torch.set_num_threads(1)
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -55,3 +55,21 @@ def test_pruned_takes_the_last_value_in_one_objective_and_none_in_two(tmp_path):
     studies.tell_pruned(one, 0, 0.9, step=4)  # told already: nothing changes
     assert one.trials[0].intermediate_values == {3: 0.6}
     assert isinstance(one, optuna.Study)
+
+
+def test_motpes_first_draws_of_sample_seed_0_are_the_ones_the_asha_sweep_test_relies_on(tmp_path):
+    """tests/integration/search/test_search_study.py forces an ASHA stop by the order of MOTPE's
+    random start: (2 layers, lr 1e-7) first, (2 layers, lr 1e-3) second. A change in Optuna's
+    draws must fail here, by name, not as a flaky sweep."""
+    from pipeline.search.joint_space import suggest_configuration
+
+    spec = spec_from_dict({
+        "name": "smoke-motpe", "task": {"name": "sst2", "source": "glue_dir", "glue_dir": "/data/glue"},
+        "teacher": {"model": "bert-base-uncased"}, "seeds": [0, 1],
+        "methods": {"kd": {"init_from": "pretrained", "num_layers": {"randint": [1, 3]},
+                           "learning_rate": {"choice": [1.0e-7, 1.0e-3]}}},
+        "search": {"algorithm": "motpe", "num_configurations": 2, "sample_seed": 0},
+    })
+    study = studies.open_study(spec, tmp_path / "study.journal", ("metric", "latency"))
+    draws = [suggest_configuration(study.ask(), spec)[1] for _ in range(2)]
+    assert [(p.num_layers, p.learning_rate) for p in draws] == [(2, 1.0e-7), (2, 1.0e-3)]
