@@ -171,7 +171,8 @@ class Engine:
                 self._plain_attributes = [(p, set(p.__dict__)) for p in model.parameters()]
                 self._plain_attributes += [(m, set(m.__dict__)) for m in model.modules()]
             self.deepspeed, self.optimizer, _, self.scheduler = deepspeed.initialize(
-                model=step_module, optimizer=self.optimizer, lr_scheduler=self.scheduler, config=config
+                args=deepspeed_device_args(dist.device), model=step_module, optimizer=self.optimizer,
+                lr_scheduler=self.scheduler, config=config,
             )
             self.module = self.deepspeed
             self._unfused = _unfused_masters(self.deepspeed.optimizer)
@@ -351,6 +352,20 @@ def _unfused_masters(optimizer) -> dict[int, torch.Tensor]:
     other DeepSpeed optimizers have neither list."""
     return {id(low): high for lows, highs in zip(getattr(optimizer, "fp16_groups", []), getattr(optimizer, "fp32_groups", []))
             for low, high in zip(lows, highs)}
+
+
+def deepspeed_device_args(device: torch.device) -> Any:
+    """What tells DeepSpeed the device this rank trains on. Unasked, DeepSpeed moves the module to
+    `cuda:LOCAL_RANK` (deepspeed/runtime/engine.py, `_set_distributed_vars`), while Ray Train hands a
+    worker the first of its own GPUs among those its node shows every worker: a worker that owns
+    GPUs {2, 3} as local rank 1 gets `cuda:2` from Ray, where drydock puts the batches and the
+    teacher, and DeepSpeed would put the student on `cuda:1`. DeepSpeed takes `args.device_rank`
+    before LOCAL_RANK. None on the CPU, where there is one device."""
+    if device.type != "cuda":
+        return None
+    from types import SimpleNamespace
+
+    return SimpleNamespace(device_rank=device.index if device.index is not None else torch.cuda.current_device())
 
 
 def deepspeed_config(train: TrainConfig, dist: Distributed, micro_batch: int) -> dict[str, Any]:

@@ -44,3 +44,28 @@ def test_a_fraction_of_a_gpu_is_fine_for_one_worker_and_meaningless_on_the_cpu()
     assert cpu.workers_per_trial == 2
     two = spec_from_dict(resources(use_gpu=True, workers_per_trial=2, gpus_per_worker=2)).resources
     assert two.gpus_per_worker == 2
+
+
+def test_deepspeed_is_told_the_device_ray_gave_the_rank_not_its_local_rank():
+    """A worker owning GPUs {2, 3} is local rank 1 but trains on cuda:2 (Ray's device): the
+    student must land there too, with the batches and the teacher (issue #35, item 1)."""
+    import torch
+
+    from pipeline.training.engine import deepspeed_device_args
+
+    assert deepspeed_device_args(torch.device("cuda:2")).device_rank == 2
+    assert deepspeed_device_args(torch.device("cuda", 0)).device_rank == 0
+    assert deepspeed_device_args(torch.device("cpu")) is None  # one device: DeepSpeed's own rule holds
+
+
+def test_the_installed_deepspeed_takes_the_device_from_args_before_local_rank():
+    """The contract the fix above relies on, read from the installed DeepSpeed (no GPU here to
+    show it): `_set_distributed_vars` takes `args.device_rank` when args has one, and
+    `initialize` hands `args` to the engine."""
+    import inspect
+
+    from deepspeed.runtime.engine import DeepSpeedEngine
+
+    source = inspect.getsource(DeepSpeedEngine._set_distributed_vars)
+    assert "args.device_rank if args is not None and hasattr(args, 'device_rank') else self.local_rank" in source
+    assert "get_accelerator().set_device(device_rank)" in source
