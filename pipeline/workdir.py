@@ -76,6 +76,7 @@ METRICS_FILE = "metrics.json"
 OUTCOME_FILE = "outcome.json"
 VERIFY_FILE = "verify.safetensors"  # the reference batch and logits the export is checked against
 CHECKPOINT_FILE = "trainer_state.pt"  # in a checkpoint folder: the loop's own state
+RNG_FILE = "rng-rank{rank}.pt"  # in a checkpoint folder: each rank's own generators (CPU, and CUDA on a GPU)
 
 
 def run_dir(sweep_dir: Path, run_id: str) -> Path:

@@ -34,7 +34,7 @@ from pipeline.training.evaluation import evaluate
 from pipeline.training.shared import SharedWorkCache
 from pipeline.training.step_bar import StepDisplay, display_mode
 from pipeline.workdir import CHECKPOINT_FILE as CHECKPOINT_FILE
-from pipeline.workdir import atomic_folder
+from pipeline.workdir import RNG_FILE, atomic_folder
 
 
 class TrainingDiverged(RuntimeError):
@@ -160,6 +160,28 @@ def seed_everything(seed: int, rank: int = 0) -> None:
     torch.manual_seed(s)
 
 
+def rng_state(dist: Distributed) -> dict[str, torch.Tensor]:
+    """This rank's generators: the CPU's (Theseus's module draws, CoFi's hard-concrete noise on
+    the CPU, dropout on the CPU) and, on a GPU, its device's (dropout there)."""
+    state = {"cpu": torch.get_rng_state()}
+    if dist.device.type == "cuda":
+        state["cuda"] = torch.cuda.get_rng_state(dist.device)
+    return state
+
+
+def restore_rng(directory: Path, dist: Distributed, snapshot: dict[str, Any]) -> None:
+    """Each rank continues its own draws (ranks are seeded apart, `seed_everything`). A checkpoint
+    from before per-rank files holds rank 0's CPU state only: every rank takes it, as then."""
+    path = directory / RNG_FILE.format(rank=dist.rank)
+    if not path.is_file():
+        torch.set_rng_state(snapshot["rng"])
+        return
+    state = torch.load(path, weights_only=True, map_location="cpu")
+    torch.set_rng_state(state["cpu"])
+    if "cuda" in state and dist.device.type == "cuda":
+        torch.cuda.set_rng_state(state["cuda"], dist.device)
+
+
 def run(
     method: Method,
     *,
@@ -269,7 +291,7 @@ class TrainingRun:
         self.resuming = Resume(directory, saved)
         if not self.resuming.mid_phase:
             self.method.load_state_dict(saved["method"])
-        torch.set_rng_state(saved["rng"])
+        restore_rng(directory, self.dist, saved)
 
     # -- one phase ----------------------------------------------------------------------------
     def train_phase(self, plan: list[Phase], phase_index: int) -> None:
@@ -379,13 +401,13 @@ class TrainingRun:
             "best_metrics": state.best_metrics,
             "final_metrics": state.final_metrics,
             "history": list(state.history),
-            "rng": torch.get_rng_state(),  # dropout and Bernoulli draws continue exactly
         }
-        is_main = self.dist.is_main
+        is_main, rng, rank = self.dist.is_main, rng_state(self.dist), self.dist.rank
 
         def save(directory: Path) -> None:
             if not phase_done:
                 engine.save(directory)
+            torch.save(rng, directory / RNG_FILE.format(rank=rank))  # every rank: its draws are its own
             if is_main:
                 torch.save(snapshot, directory / CHECKPOINT_FILE)
 

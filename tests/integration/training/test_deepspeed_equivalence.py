@@ -332,17 +332,21 @@ class _SharedFolderReporter:
 
 
 def _train_resumable(rank: int, stage: int, bf16: str, accumulation: int, kill_after: int | None, port: int,
-                     checkpoints: str, out: str) -> None:
+                     checkpoints: str, out: str, method_name: str = "kd", strategy: str = "deepspeed",
+                     settings: dict | None = None) -> None:
     _join(rank, port)
     try:
+        from tests.contract import test_method_contract as contract
         from tests.contract.test_method_contract import _Task, make_method, tiny_dataset
 
-        method, _ = make_method("kd")
+        if settings is not None:  # this spawned process's own copy of the contract's settings
+            contract.SETTINGS = {**contract.SETTINGS, method_name: settings}
+        method, _ = make_method(method_name)
         train = TrainConfig(max_steps=4, batch_size=16, grad_accumulation=accumulation, learning_rate=1e-3,
                             warmup_ratio=0.25, eval_every=2, bf16=bf16, progress_bar=False)
         try:
             result = loop.run(method, train_set=tiny_dataset(), dev={"dev": tiny_dataset(16, seed=1)}, task=_Task(),
-                              train=train, seed=0, dist=_distributed(rank, "deepspeed", stage), log_every=1,
+                              train=train, seed=0, dist=_distributed(rank, strategy, stage), log_every=1,
                               reporter=_SharedFolderReporter(checkpoints, kill_after))
         except _Killed:
             result = None
@@ -378,3 +382,38 @@ def test_a_deepspeed_trial_killed_mid_phase_resumes_to_the_uninterrupted_result(
     assert resumed["best"] == straight["best"]
     for name, value in straight["weights"].items():
         torch.testing.assert_close(resumed["weights"][name], value, atol=1e-6, rtol=1e-5, msg=lambda m, name=name: f"{name}: {m}")
+
+
+def test_a_ddp_trial_whose_ranks_draw_differently_resumes_to_the_uninterrupted_result(tmp_path):
+    """Each rank seeds its own RNG (seed × 1000 + rank), so Theseus draws which modules run per
+    rank. Killed after its step-2 checkpoint, mid-way through its replacing phase (4 steps), and
+    retried, every rank must continue its own draws, not rank 0's (issue #35, item 2): the
+    weights end where an uninterrupted run's end."""
+    theseus = {"num_layers": 2, "schedule": "constant", "base_rate": 0.5, "replacing_fraction": 1.0}
+
+    def run(checkpoints: str, kill_after: int | None, out: str) -> None:
+        mp.spawn(_train_resumable, args=(0, "off", 1, kill_after, free_port(), checkpoints, out, "theseus", "ddp", theseus),
+                 nprocs=WORLD, join=True)
+
+    run(str(tmp_path / "straight"), None, str(tmp_path / "straight.pt"))
+    run(str(tmp_path / "killed"), 1, str(tmp_path / "never.pt"))
+    snapshot = torch.load(tmp_path / "killed" / loop.CHECKPOINT_FILE, weights_only=True)
+    assert (snapshot["phase_index"], snapshot["phase_step"]) == (0, 2)  # mid-phase: the draws go on after it
+    run(str(tmp_path / "killed"), None, str(tmp_path / "resumed.pt"))
+    # the method's state at the last step, from each run's last snapshot (the exported weights
+    # are the best evaluation's, which may come before the interruption and hide what followed)
+    straight, resumed = (torch.load(tmp_path / name / loop.CHECKPOINT_FILE, weights_only=True) for name in ("straight", "killed"))
+    assert resumed["step"] == straight["step"] == 4
+    expected, got = _tensors(straight["method"]), _tensors(resumed["method"])
+    assert expected.keys() == got.keys() and expected
+    for name, value in expected.items():
+        torch.testing.assert_close(got[name], value, atol=1e-6, rtol=1e-5, msg=lambda m, name=name: f"{name}: {m}")
+
+
+def _tensors(state, prefix: str = "") -> dict[str, torch.Tensor]:
+    """Every tensor of a nested state dict, by its dotted path."""
+    if torch.is_tensor(state):
+        return {prefix: state}
+    if isinstance(state, dict):
+        return {k: v for key, value in state.items() for k, v in _tensors(value, f"{prefix}.{key}" if prefix else str(key)).items()}
+    return {}
