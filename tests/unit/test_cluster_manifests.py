@@ -333,6 +333,22 @@ def test_ray_pods_mount_the_shared_work_directory_and_a_large_shm():
             assert volumes[mounts["/dev/shm"]]["emptyDir"]["medium"] == "Memory", name
 
 
+def test_pods_that_mount_the_work_directory_own_it_through_their_group():
+    """Pods run as uid 1000, gid 100 (the image's ray user); a fresh volume's root is root-owned.
+    `fsGroup: 100` makes the kubelet hand a volume whose driver supports it (block volumes, most
+    CSI drivers) to that group before the first mkdir (issue #35, item 6); NFS-backed volumes
+    (Filestore, EFS, NFS) ignore it, and cluster/README.md says how to give them to the group."""
+    for where, pod in pod_specs():
+        claims = {v["name"] for v in pod.get("volumes", []) if "persistentVolumeClaim" in v}
+        if not claims:
+            continue
+        context = pod.get("securityContext") or {}
+        assert context.get("runAsGroup") == 100 and context.get("fsGroup") == 100, f"{where}: fsGroup 100"
+        assert context.get("fsGroupChangePolicy") == "OnRootMismatch", f"{where}: no walk of a large volume at each start"
+    readme = (ROOT / "cluster" / "README.md").read_text()
+    assert "fsGroup" in readme and "2775" in readme  # the NFS case: a group-writable, setgid root
+
+
 def test_the_head_gives_the_driver_tracking_and_storage_settings():
     (service,) = [s for s in of_kind("Service") if s["metadata"]["name"] == "mlflow"]
     port = service["spec"]["ports"][0]["port"]
