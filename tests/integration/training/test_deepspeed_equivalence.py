@@ -382,6 +382,12 @@ def test_a_deepspeed_trial_killed_mid_phase_resumes_to_the_uninterrupted_result(
     assert resumed["best"] == straight["best"]
     for name, value in straight["weights"].items():
         torch.testing.assert_close(resumed["weights"][name], value, atol=1e-6, rtol=1e-5, msg=lambda m, name=name: f"{name}: {m}")
+    # and the last step's state (the exported weights are the best evaluation's, which may predate the kill)
+    last_straight, last_resumed = (_tensors(torch.load(tmp_path / name / loop.CHECKPOINT_FILE, weights_only=True)["method"])
+                                   for name in ("straight", "killed"))
+    assert last_straight.keys() == last_resumed.keys() and last_straight
+    for name, value in last_straight.items():
+        torch.testing.assert_close(last_resumed[name], value, atol=1e-6, rtol=1e-5, msg=lambda m, name=name: f"last {name}: {m}")
 
 
 def test_a_ddp_trial_whose_ranks_draw_differently_resumes_to_the_uninterrupted_result(tmp_path):
