@@ -522,6 +522,21 @@ class ResourcesConfig(_Model):
             raise ValueError("must be a finite number of seconds; null waits for the workers without limit")
         return seconds
 
+    @model_validator(mode="after")
+    def _one_gpu_per_zero3_rank(self) -> ResourcesConfig:
+        """ZeRO-3 partitions the module through `deepspeed.zero.Init`, which puts the parameters
+        on `cuda:LOCAL_RANK` whatever device the engine was given: a worker owning GPUs {2, 3}
+        as local rank 1 would partition onto GPU 1, another worker's (issue #35, item 1; the
+        engine itself is told Ray's device, `pipeline.training.engine.deepspeed_device_args`).
+        With one GPU per worker the two agree. More than one GPU per worker trains on the first
+        only, under any strategy: for more GPUs per trial, add workers."""
+        if (self.use_gpu and self.strategy == "deepspeed" and self.deepspeed.zero_stage == 3
+                and self.gpus_per_worker != 1):
+            raise field_problem("gpus_per_worker", f"{self.gpus_per_worker:g} GPUs per worker under ZeRO-3 would partition "
+                                "a worker's parameters onto another worker's GPU; use 1 GPU per worker and more "
+                                "workers_per_trial")
+        return self
+
     def teacher_on_workers(self) -> bool:
         return self.teacher_placement == "workers" or (self.teacher_placement == "auto" and self.use_gpu)
 

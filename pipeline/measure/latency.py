@@ -244,7 +244,11 @@ def time_alone(forward: Callable[[], object], settings: LatencyConfig, synchroni
     before each timed one is the same model's already. A forward that raises raises here, as itself."""
     interleave = InterleaveSettings(warmup=settings.warmup, warm_passes=0, min_rounds=settings.min_runs,
                                     min_seconds=settings.min_seconds)
-    result = measure_interleaved({name: forward}, settings=interleave, synchronize=synchronize, drop_failures=False)
+    try:
+        result = measure_interleaved({name: forward}, settings=interleave, synchronize=synchronize, drop_failures=False)
+    except Exception as e:
+        e.add_note(f"{name}: the forward pass failed while timed")  # the type stays the caller's to tell
+        raise
     return result.round_times_ms[name]
 
 

@@ -137,19 +137,38 @@ def _cancel_probe(ref: ray.ObjectRef, waited_s: float, log: Callable[[str], None
     return None
 
 
-def max_concurrent(spec: SweepSpec, log: Callable[[str], None] = print) -> int:
+# A trial's driver and the Train controller Ray pins to its node hold about 0.83 GB between them
+# (421 + 410 MB resident, measured): reserved, a cluster's head takes the drivers its memory holds
+# and the rest go to nodes with room; reserving none (Tune rejects {"cpu": 0} alone), Ray counted
+# none of it (tests/integration/search/test_driver_placement.py). No CPU: a fraction of one can
+# deadlock two workers on two CPUs, and the driver mostly waits.
+DRIVER_MEMORY = 2**30
+DRIVER_RESOURCES: dict[str, float] = {"cpu": 0, "memory": DRIVER_MEMORY}
+
+
+def max_concurrent(spec: SweepSpec, log: Callable[[str], None] = print, resources: dict[str, float] | None = None) -> int:
     """How many trials run at once: as many as the cluster holds now, or the spec's number.
 
     Checked before the teacher stage, which needs one trial's resources too: a request the
-    cluster cannot meet would otherwise wait (and retry) instead of saying so."""
+    cluster cannot meet would otherwise wait (and retry) instead of saying so. `resources`:
+    the cluster's (`ray.cluster_resources()` unless given)."""
     r = spec.resources
-    resources = ray.cluster_resources()
+    resources = ray.cluster_resources() if resources is None else resources
+    memory = resources.get("memory", 0.0)
+    if memory < DRIVER_MEMORY:  # Tune would wait for ever to place the first trial's driver, saying nothing
+        raise DrydockError(f"resources: a trial's driver reserves {DRIVER_MEMORY / 2**30:g} GiB of memory, but the Ray "
+                           f"cluster offers {memory / 2**30:.2f} GiB (Ray counts the memory free when a node starts): "
+                           "free some, or start Ray with more (`ray start --memory`)")
     kind = "GPU" if r.use_gpu else "CPU"
     if r.use_gpu:
         capacity, per_trial = resources.get("GPU", 0.0), r.workers_per_trial * r.gpus_per_worker
     else:
         capacity, per_trial = resources.get("CPU", 0.0), r.workers_per_trial * r.cpus_per_worker
     fits = int(capacity // per_trial) if per_trial else 1
+    if fits > memory // DRIVER_MEMORY:
+        log(f"search: the Ray cluster's memory ({memory / 2**30:.1f} GiB) holds {int(memory // DRIVER_MEMORY)} trial "
+            f"driver(s) of {DRIVER_MEMORY / 2**30:g} GiB, fewer than its {kind}s hold ({fits})")
+        fits = int(memory // DRIVER_MEMORY)
     wanted = spec.search.max_concurrent_trials
     if wanted:
         # An autoscaling cluster may start smaller than it grows: trust the spec's number, but say

@@ -20,6 +20,7 @@ from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, TrialScheduler
 
 from pipeline.config import SweepSpec
 from pipeline.search.driver import SearchContext, trial_driver
+from pipeline.search.ray_instance import DRIVER_RESOURCES
 from pipeline.search.recorder import stand_in_callback
 from pipeline.search.searcher import ConfigurationSearcher
 from pipeline.search.space import Trial, key_of
@@ -32,13 +33,6 @@ from pipeline.training.step_bar import logger as progress_log
 # training a trial has done (pipeline.training.loop). Every method's trials meet at the same
 # rungs, however their phases are cut (MiniLM's unlabeled distillation, a max_steps cap).
 TIME_ATTR = "progress"
-# A trial's driver and the Train controller Ray pins to its node hold about 0.83 GB between them
-# (421 + 410 MB resident, measured): reserved, a cluster's head takes the drivers its memory holds
-# and the rest go to nodes with room; reserving none (Tune rejects {"cpu": 0} alone), every driver
-# stayed on the head (tests/integration/search/test_driver_placement.py). No CPU: a fraction of
-# one can deadlock two workers on two CPUs, and the driver mostly waits.
-DRIVER_MEMORY = 2**30
-DRIVER_RESOURCES: dict[str, float] = {"cpu": 0, "memory": DRIVER_MEMORY}
 
 
 def scheduler(spec: SweepSpec, metric_key: str) -> TrialScheduler:

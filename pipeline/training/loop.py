@@ -171,10 +171,12 @@ def rng_state(dist: Distributed) -> dict[str, torch.Tensor]:
 
 def restore_rng(directory: Path, dist: Distributed, snapshot: dict[str, Any]) -> None:
     """Each rank continues its own draws (ranks are seeded apart, `seed_everything`). A checkpoint
-    from before per-rank files holds rank 0's CPU state only: every rank takes it, as then."""
+    from before per-rank files holds rank 0's CPU state only: every rank takes it, as then. A rank
+    the checkpoint has no file for (the run resumed with more workers) keeps its seeded state."""
     path = directory / RNG_FILE.format(rank=dist.rank)
     if not path.is_file():
-        torch.set_rng_state(snapshot["rng"])
+        if "rng" in snapshot:
+            torch.set_rng_state(snapshot["rng"])
         return
     state = torch.load(path, weights_only=True, map_location="cpu")
     torch.set_rng_state(state["cpu"])

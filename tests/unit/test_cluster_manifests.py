@@ -335,9 +335,9 @@ def test_ray_pods_mount_the_shared_work_directory_and_a_large_shm():
 
 def test_pods_that_mount_the_work_directory_own_it_through_their_group():
     """Pods run as uid 1000, gid 100 (the image's ray user); a fresh volume's root is root-owned.
-    `fsGroup: 100` makes the kubelet hand a volume whose driver supports it (block volumes, most
-    CSI drivers) to that group before the first mkdir (issue #35, item 6); NFS-backed volumes
-    (Filestore, EFS, NFS) ignore it, and cluster/README.md says how to give them to the group."""
+    `fsGroup: 100` makes the kubelet hand the volume to that group before the first mkdir where
+    its driver applies it (issue #35, item 6: for ReadWriteMany, a CSI driver with `fsGroupPolicy:
+    File`); NFS-backed volumes ignore it, and cluster/README.md says how to give them to the group."""
     for where, pod in pod_specs():
         claims = {v["name"] for v in pod.get("volumes", []) if "persistentVolumeClaim" in v}
         if not claims:

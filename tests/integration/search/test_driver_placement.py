@@ -24,7 +24,7 @@ def test_a_node_takes_no_more_trial_drivers_than_its_memory_holds():
     from ray.tune.execution.placement_groups import resource_dict_to_pg_factory
     from ray.util import placement_group_table, remove_placement_group
 
-    from pipeline.search.tuner import DRIVER_MEMORY, DRIVER_RESOURCES
+    from pipeline.search.ray_instance import DRIVER_MEMORY, DRIVER_RESOURCES
 
     assert DRIVER_RESOURCES == {"cpu": 0, "memory": DRIVER_MEMORY} and DRIVER_MEMORY >= 0.83e9
     small = int(2.5 * GIB)  # two drivers' memory and a half

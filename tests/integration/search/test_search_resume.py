@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 from optuna.trial import TrialState
 
+from pipeline.workdir import config_id_of
 from tests.integration.search.test_sweep import ROOT, SMOKE
 from tests.integration.search.test_sweep_resume import _kill_session, kill_after_first_outcome
 
@@ -47,5 +48,5 @@ def test_a_killed_search_resumes_its_study_and_runs_exactly_its_budget_with_no_c
     study = optuna.load_study(study_name="smoke", storage=optuna.storages.JournalStorage(
         optuna.storages.journal.JournalFileBackend(str(journal))))
     complete = [t for t in study.trials if t.state == TrialState.COMPLETE]
-    assert sorted(t.user_attrs["config_id"] for t in complete) == sorted(k.split("-")[1] for k in results["trial_id"]), seen
+    assert sorted(t.user_attrs["config_id"] for t in complete) == sorted(config_id_of(k, "kd") for k in results["trial_id"]), seen
     assert not [t for t in study.trials if t.state == TrialState.RUNNING]

@@ -10,6 +10,7 @@ import pytest
 from optuna.trial import TrialState
 
 from pipeline.config import load_spec
+from pipeline.workdir import config_id_of
 from tests.integration.search.test_sweep import SMOKE
 
 pytestmark = pytest.mark.ray
@@ -39,7 +40,7 @@ def test_a_multi_objective_search_runs_each_configuration_on_every_seed_and_tell
     frame = run_sweep(spec, tmp_path)
     seen = frame[["trial_id", "seed", "suggestion", "status", "steps", "metric", "params.num_layers", "params.learning_rate"]].to_string()
     assert len(frame) == 4 and frame["trial_id"].is_unique, seen
-    frame["config_id"] = [key.split("-")[1] for key in frame["trial_id"]]
+    frame["config_id"] = [config_id_of(key, method) for key, method in zip(frame["trial_id"], frame["method"], strict=True)]
     by_config = frame.groupby("config_id")
     assert len(by_config) == 2, seen
     assert all(sorted(rows["seed"]) == [0, 1] for _, rows in by_config), seen  # paired: every seed of each

@@ -102,8 +102,9 @@ def test_a_forward_that_fails_while_timed_raises_its_own_exception():
     def model(**inputs):
         raise Boom("42 GiB asked")
 
-    with pytest.raises(Boom, match="42 GiB asked"):
+    with pytest.raises(Boom, match="42 GiB asked") as info:
         time_alone(model, LatencyConfig(warmup=0, min_runs=3, min_seconds=0.01), name="student")
+    assert info.value.__notes__ == ["student: the forward pass failed while timed"]  # which model, still said
 
 
 def test_an_unsettled_median_keeps_sampling_until_the_cap():

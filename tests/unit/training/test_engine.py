@@ -69,3 +69,15 @@ def test_the_installed_deepspeed_takes_the_device_from_args_before_local_rank():
     source = inspect.getsource(DeepSpeedEngine._set_distributed_vars)
     assert "args.device_rank if args is not None and hasattr(args, 'device_rank') else self.local_rank" in source
     assert "get_accelerator().set_device(device_rank)" in source
+
+
+@pytest.mark.parametrize("gpus", [2, 0.5])
+def test_zero_3_takes_one_gpu_per_worker(gpus):
+    """zero.Init partitions onto cuda:LOCAL_RANK, which is another worker's GPU when a worker owns two."""
+    with pytest.raises(SpecError) as info:
+        spec_from_dict(resources(use_gpu=True, workers_per_trial=1, gpus_per_worker=gpus, strategy="deepspeed",
+                                 deepspeed={"zero_stage": 3}))
+    (problem,) = info.value.problems
+    assert problem.startswith(f"resources.gpus_per_worker: {gpus:g} GPUs per worker under ZeRO-3")
+    for fine in ({"strategy": "deepspeed", "deepspeed": {"zero_stage": 2}}, {"strategy": "ddp"}):
+        assert spec_from_dict(resources(use_gpu=True, workers_per_trial=1, gpus_per_worker=gpus, **fine)).resources.gpus_per_worker == gpus

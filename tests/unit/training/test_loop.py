@@ -203,3 +203,20 @@ def test_the_loop_reports_step_and_total_and_feeds_the_display(monkeypatch):
     assert [line.split(",")[0] for line in shown] == [f"kd: {s}/6 steps" for s in range(1, 7)]
     assert "accuracy" not in shown[2] and shown[3].startswith("kd: 4/6 steps, accuracy ")  # the evaluation at step 3
     assert shown[-1].endswith(", finishing")
+
+
+def test_a_rank_without_its_own_generators_in_the_checkpoint_keeps_its_seeded_ones(tmp_path):
+    """A sweep resumed with more workers per trial (resources count for how it runs, not for
+    --resume) has ranks the checkpoint holds no generators for: they continue from their seed,
+    and an old checkpoint's single CPU state still reaches every rank."""
+    dist = engine.Distributed(strategy="ddp", world_size=3, rank=2)
+    (tmp_path / loop.RNG_FILE.format(rank=0)).write_bytes(b"")  # another rank's file only
+    loop.seed_everything(0, 2)
+    seeded = torch.get_rng_state()
+    loop.restore_rng(tmp_path, dist, {"phase_index": 0})  # a new snapshot: no "rng" of its own
+    assert torch.equal(torch.get_rng_state(), seeded)
+    torch.manual_seed(5)
+    old = torch.get_rng_state()
+    loop.seed_everything(0, 2)
+    loop.restore_rng(tmp_path, dist, {"rng": old})
+    assert torch.equal(torch.get_rng_state(), old)
