@@ -16,13 +16,16 @@
 #   cuda     a CUDA GPU is visible: names, compute capability, native bf16 (8.0+), a bf16 matmul,
 #            DeepSpeed's accelerator is cuda
 #   ddp      DDP, bf16, 2 workers x 1 GPU (SKIP with fewer than 2 GPUs): the kd trial finished
-#   zero2    DeepSpeed ZeRO-2 (cluster/deepspeed/zero2-bf16.json), bf16, grad_accumulation 2
+#   zero2    DeepSpeed ZeRO-2 (cluster/deepspeed/zero2-bf16.json), train.bf16: auto (decided once
+#            on the driver from the GPU type: its line shows the run's decision), grad_accumulation 2
 #   theseus  a multi-phase method under DeepSpeed ZeRO-2: theseus, constant replacing rate 0.5 for
 #            half of training, then successor fine-tuning (both rates seen in its MLflow run)
 #   zero3    DeepSpeed ZeRO-3 (cluster/deepspeed/zero3-bf16.json), bf16
 #   export   every finished trial's student loads with transformers with float32 weights (the
 #            safetensors, config.json and the loaded model) and its verification passed
-#            (export_max_abs_diff recorded and within the verifier's 1e-4 tolerance)
+#            (export_max_abs_diff recorded and within the verifier's 1e-4 tolerance: the
+#            reference logits come from a float32 CPU copy of the model trained on cuda, the
+#            verifier's own device and precision)
 #   latency  every finished trial has a latency in results.parquet, measured on cuda
 # A sweep check passes when its one trial finished with the strategy and world size asked for
 # and the optimizer steps the spec implies. DeepSpeed trials use min(2, GPUs) workers.
@@ -156,6 +159,8 @@ def sweep(check, sweep_dir, started, rc, log, limit, seconds, strategy, workers)
     if int(rc) != 0:  # its trials finished, but a later stage (latency, report, registry) did not
         say("FAIL", f"the trials finished but the sweep did not: {log_reason(log)} {where}")
     train = TrainConfig.model_validate(spec["train"])
+    if train.bf16 == "auto" and spec["resources"].get("use_gpu"):  # the run's spec.json holds the driver's decision
+        say("FAIL", f"train.bf16 is still auto in the run's spec.json: the driver did not decide it {where}")
     task = spec["task"]
     expected_steps = total_steps(train, task["synthetic"]["num_train"]) if task["source"] == "synthetic" else None
     ds = spec["resources"]["deepspeed"]
@@ -397,7 +402,7 @@ sweep_check() {  # CHECK STRATEGY WORKERS [--set ...]: one small sweep, one line
 
 sweep_check ddp ddp 2
 sweep_check zero2 deepspeed "$WORKERS" --set resources.deepspeed.zero_stage=2 \
-  --set "resources.deepspeed.preset=$PRESETS/zero2-bf16.json" --set train.grad_accumulation=2
+  --set "resources.deepspeed.preset=$PRESETS/zero2-bf16.json" --set train.grad_accumulation=2 --set train.bf16=auto
 sweep_check theseus deepspeed "$WORKERS" --set resources.deepspeed.zero_stage=2 \
   --set "resources.deepspeed.preset=$PRESETS/zero2-bf16.json" \
   --set "methods={theseus: {schedule: constant, base_rate: 0.5, replacing_fraction: 0.5}}"

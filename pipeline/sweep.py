@@ -27,12 +27,12 @@ from pipeline.measure.latency import check_latency_nodes
 from pipeline.prepare.revisions import source_revisions
 from pipeline.prepare.stage import prepare
 from pipeline.search.driver import SearchContext
-from pipeline.search.ray_instance import check_gpu_workers, init_ray, max_concurrent
+from pipeline.search.ray_instance import check_gpu_workers, init_ray, max_concurrent, resolve_bf16
 from pipeline.search.recorder import SweepRecorder, record_pending, stand_in_callback
 from pipeline.search.sealed import Sealed
 from pipeline.search.searcher import study_searcher, write_search_summary
 from pipeline.search.space import expand_trials
-from pipeline.search.state import end_run, open_run, run_revisions, run_storage, start_run
+from pipeline.search.state import end_run, open_run, run_revisions, run_storage, saved_bf16, start_run
 from pipeline.search.teacher import teacher_stage
 from pipeline.search.trainer import TrainResources
 from pipeline.search.tuner import close_progress, make_tuner
@@ -77,16 +77,19 @@ def run_sweep(spec: SweepSpec, workdir: str | Path, *, resume: bool = False, add
 
     init_ray(address or spec.resources.address, spec.resources.use_gpu)
     concurrency = max_concurrent(spec, log)  # before the teacher, which needs a trial's resources too
-    check_gpu_workers(spec, log)
+    gpus = check_gpu_workers(spec, log)
     check_latency_nodes(spec.selection.latency)  # a mixed-GPU cluster needs selection.latency.accelerator_type
     storage = run_storage(spec, run.paths, store)
-    teacher, teacher_ref = teacher_stage(spec, prepared, store, folders=folders, storage_path=storage.train,
-                                         deepspeed_preset=deepspeed_preset, log=log)
+    decided = resolve_bf16(spec, gpus, saved_bf16(run), log)  # once, for every trial; spec.json records it
+    # a teacher fine-tuned here (teacher_placement: driver) decides for this machine's device itself
+    teacher, teacher_ref = teacher_stage(decided if spec.resources.teacher_on_workers() else spec, prepared, store,
+                                         folders=folders, storage_path=storage.train, deepspeed_preset=deepspeed_preset, log=log)
+    spec = decided
     metric_name = prepared.data.task.primary_metric
 
     start_run(run, spec, tracker, teacher_metrics=teacher.metrics, params={
         "task": spec.task.name, "teacher": spec.teacher.model, "methods": ",".join(spec.methods),
-        "trials": str(planned), "search_algorithm": spec.search.algorithm, "data_fingerprint": prepared.data.fingerprint,
+        "trials": str(planned), "search_algorithm": spec.search.algorithm, "bf16": spec.train.bf16, "data_fingerprint": prepared.data.fingerprint,
         **source_revisions(spec, prepared.data.revision)}, log=log, backfill=record_pending)  # the hub commits: teacher_revision, data_revision
     if spec.search.searching:
         log(f"search: {spec.search.algorithm} over {', '.join(spec.methods)}, {spec.search.num_configurations} configurations "

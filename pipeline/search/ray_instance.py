@@ -96,29 +96,68 @@ def cuda_here() -> dict[str, Any]:
     available = torch.cuda.is_available()
     return {"available": available, "torch": torch.__version__, "cuda": torch.version.cuda,
             "visible": os.environ.get("CUDA_VISIBLE_DEVICES"), "host": socket.gethostname(),
-            "capability": list(torch.cuda.get_device_capability(0)) if available else None}
+            "capability": list(torch.cuda.get_device_capability(0)) if available else None,
+            "name": torch.cuda.get_device_name(0) if available else None}
 
 
-def check_gpu_workers(spec: SweepSpec, log: Callable[[str], None] = print) -> None:
-    """With `use_gpu`, one task on a GPU of the cluster must see CUDA, before any work. Ray hands
-    out GPUs by its resource count; a node whose torch has no CUDA (a CPU build in the image, no
-    driver) would otherwise train every trial on its CPU while NCCL waits for a device."""
+def check_gpu_workers(spec: SweepSpec, log: Callable[[str], None] = print) -> list[dict[str, Any]]:
+    """With `use_gpu`, one task on a GPU of each type the cluster has must see CUDA, before any
+    work; returns what each answered (its `accelerator_type` added), which `resolve_bf16` reads.
+    Ray hands out GPUs by its resource count; a node whose torch has no CUDA (a CPU build in the
+    image, no driver) would otherwise train every trial on its CPU while NCCL waits for a device."""
     if not spec.resources.use_gpu or not ray.cluster_resources().get("GPU"):
-        return  # no GPU yet (an autoscaling cluster): max_concurrent has said what happens
+        return []  # no GPU yet (an autoscaling cluster): max_concurrent has said what happens
     probe = ray.remote(num_cpus=0, num_gpus=min(1.0, spec.resources.gpus_per_worker))(cuda_here)
-    ref = probe.remote()
-    seen: dict[str, Any] | None
-    try:
-        seen = ray.get(ref, timeout=GPU_PROBE_TIMEOUT_S)
-    except ray.exceptions.GetTimeoutError:
-        seen = _cancel_probe(ref, GPU_PROBE_TIMEOUT_S, log)
-        if seen is None:
-            return
-    if not seen["available"]:
-        raise DrydockError(
-            f"resources.use_gpu: a GPU task on {seen['host']} (CUDA_VISIBLE_DEVICES={seen['visible']}) sees no CUDA "
-            f"device: torch {seen['torch']} there was built {'without CUDA' if not seen['cuda'] else 'for CUDA ' + seen['cuda'] + ' but finds no driver or device'}. "
-            "Run the sweep on nodes with a CUDA build of torch and a GPU driver, or set resources.use_gpu: false")
+    # Ray gives each GPU node an `accelerator_type:<name>` resource (1 per node): one probe per
+    # type reaches every kind of GPU; a node without it (a GPU count given by hand) is probed untyped
+    types = sorted(k.split(":", 1)[1] for k in ray.cluster_resources() if k.startswith(ACCELERATOR_PREFIX))
+    refs = {t: probe.options(resources={ACCELERATOR_PREFIX + t: 0.001}).remote() for t in types} or {None: probe.remote()}
+    answers = []
+    for kind, ref in refs.items():
+        seen: dict[str, Any] | None
+        try:
+            seen = ray.get(ref, timeout=GPU_PROBE_TIMEOUT_S)
+        except ray.exceptions.GetTimeoutError:
+            seen = _cancel_probe(ref, GPU_PROBE_TIMEOUT_S, log)
+            if seen is None:
+                continue
+        if not seen["available"]:
+            raise DrydockError(
+                f"resources.use_gpu: a GPU task on {seen['host']} (CUDA_VISIBLE_DEVICES={seen['visible']}) sees no CUDA "
+                f"device: torch {seen['torch']} there was built {'without CUDA' if not seen['cuda'] else 'for CUDA ' + seen['cuda'] + ' but finds no driver or device'}. "
+                "Run the sweep on nodes with a CUDA build of torch and a GPU driver, or set resources.use_gpu: false")
+        answers.append({**seen, "accelerator_type": kind or seen.get("name") or seen["host"]})
+    return answers
+
+
+ACCELERATOR_PREFIX = "accelerator_type:"
+
+
+def resolve_bf16(spec: SweepSpec, seen: list[dict[str, Any]], saved: str | None,
+                 log: Callable[[str], None] = print) -> SweepSpec:
+    """`train.bf16: auto` decided once for the whole run, on the driver, from every GPU type the
+    probes reached (`check_gpu_workers`): each rank deciding from its own GPU, a mixed pool trained
+    one trial's ranks, and trials by where they landed, in two precisions. A GPU without bf16 in
+    hardware (compute capability < 8.0) emulates it, slower than float32, so one such type turns it
+    off for all. `saved`: the decision a resumed run started with (its spec.json), which it keeps.
+    CPU workers all decide `off` by themselves: the spec, and the teacher's cache key, stay."""
+    if spec.train.bf16 != "auto" or not spec.resources.use_gpu:
+        return spec
+    from pipeline.training.engine import native_bf16
+
+    if saved in ("on", "off"):
+        decision, why = saved, "as this run started"
+    elif not seen:
+        decision, why = "off", ("no GPU of the cluster answered the probe, so its type is unknown; "
+                                "set train.bf16: on to train in bf16 on GPUs that have it")
+    else:
+        kinds = {(s["accelerator_type"], tuple(s["capability"])) for s in seen}
+        named = ", ".join(f"{name} {c[0]}.{c[1]}" for name, c in sorted(kinds))
+        slow = ", ".join(f"{name} {c[0]}.{c[1]}" for name, c in sorted(kinds) if not native_bf16(c))
+        decision = "off" if slow else "on"
+        why = f"{slow} emulates bf16, slower than float32" if slow else f"every GPU type of the cluster has bf16 in hardware: {named}"
+    log(f"train.bf16: auto → {decision} ({why})")
+    return spec.model_copy(update={"train": spec.train.model_copy(update={"bf16": decision})})
 
 
 def _cancel_probe(ref: ray.ObjectRef, waited_s: float, log: Callable[[str], None]) -> dict[str, Any] | None:

@@ -129,6 +129,9 @@ def check_resumable(spec: SweepSpec, saved: Path, run_id: str) -> None:
     # label names the run read from its hub dataset's ClassLabel column (`pinned_task`) are in its
     # spec.json and not in a spec that leaves them to the dataset: not a change
     read_from_data = {k for k in before if k.startswith("task.label_names") and now.get(k) is None}
+    # `auto` was decided when the run started, and its spec.json holds the decision, which it keeps
+    if now.get("train.bf16") == "auto" and before.get("train.bf16") in ("on", "off"):
+        read_from_data.add("train.bf16")
     changed = sorted(k for k in before.keys() | now.keys()
                      if before.get(k) != now.get(k) and not _may_differ(k) and k not in read_from_data)
     if changed:
@@ -166,6 +169,14 @@ def run_revisions(spec: SweepSpec, run: SweepRun) -> SweepSpec:
         task_update["label_names"] = saved["task"]["label_names"]
     task = spec.task.model_copy(update=task_update)
     return spec.model_copy(update={"teacher": teacher, "task": task})
+
+
+def saved_bf16(run: SweepRun) -> str | None:
+    """The `train.bf16` a resumed run started with, decided then if the spec said `auto`
+    (`ray_instance.resolve_bf16`): its remaining trials train as its first ones did."""
+    if not (run.resuming and run.paths.spec_file.is_file()):
+        return None
+    return json.loads(run.paths.spec_file.read_text()).get("train", {}).get("bf16")
 
 
 def run_storage(spec: SweepSpec, paths: SweepPaths, store: WorkStore | None = None) -> RunStorage:

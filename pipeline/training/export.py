@@ -16,6 +16,7 @@ copied out of drydock still says what it is, how it was measured and what it was
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import subprocess
@@ -143,10 +144,15 @@ def reference_batch(dev_dataset, n: int = 16, pad_id: int = 0) -> dict[str, torc
 
 @torch.no_grad()
 def reference_logits(model: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-    device = next(model.parameters()).device
+    """The logits the export must reproduce, from a float32 CPU copy when the model trained
+    elsewhere: the verifier reruns the saved (float32) student on the CPU, and a GPU's kernels or
+    bf16 weights differ from that by more than `VERIFY_ATOL` while the export is faithful."""
+    first = next(model.parameters())
+    if first.device.type != "cpu" or any(p.is_floating_point() and p.dtype != torch.float32 for p in model.parameters()):
+        model = copy.deepcopy(model).to(device="cpu", dtype=torch.float32)
     was_training = model.training
     model.eval()
-    out = logits_of(model(**{k: v.to(device) for k, v in batch.items()})).float().cpu()
+    out = logits_of(model(**batch)).float()
     model.train(was_training)
     return out
 

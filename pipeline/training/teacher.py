@@ -73,7 +73,8 @@ def teacher_key(spec: SweepSpec, prepared: Prepared) -> str:
     if spec.train.max_grad_norm != TrainConfig.model_fields["max_grad_norm"].default:
         content["max_grad_norm"] = spec.train.max_grad_norm
     r = spec.resources
-    # bf16 wherever `on` says so; with `auto`, on the GPU workers (engine._use_bf16)
+    # bf16 wherever `on` says so (a sweep has decided `auto` for its GPU workers by now:
+    # ray_instance.resolve_bf16); `auto` left, on the GPU workers (engine._use_bf16)
     if spec.train.bf16 == "on" or (spec.train.bf16 == "auto" and r.use_gpu and r.teacher_on_workers()):
         content["precision"] = "bf16"
     if Path(t.model).is_dir():  # a local checkpoint updated in place at the same path is another teacher

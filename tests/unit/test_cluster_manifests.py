@@ -349,6 +349,25 @@ def test_pods_that_mount_the_work_directory_own_it_through_their_group():
     assert "fsGroup" in readme and "2775" in readme  # the NFS case: a group-writable, setgid root
 
 
+def test_gpu_worker_groups_land_on_one_gpu_product():
+    """A sweep decides `train.bf16: auto` once from the GPU types it finds (`resolve_bf16`), and its
+    latencies are comparable only on one kind of GPU: each GPU worker group selects its nodes by
+    the product label NVIDIA's GPU feature discovery sets (issue #35, item 4)."""
+    groups = 0
+    for path in (CLUSTER / "k8s" / "raycluster.yaml", CLUSTER / "k8s" / "rayjob-sweep.yaml"):
+        for doc in docs(path):
+            spec = doc.get("spec", {})
+            spec = spec.get("rayClusterSpec", spec)
+            for group in spec.get("workerGroupSpecs", []):
+                pod = group["template"]["spec"]
+                if not any("nvidia.com/gpu" in (c.get("resources", {}).get("limits") or {}) for c in pod["containers"]):
+                    continue
+                groups += 1
+                assert pod.get("nodeSelector") == {"nvidia.com/gpu.product": "${DRYDOCK_GPU_PRODUCT}"}, f"{path.name}: {group['groupName']}"
+    assert groups == 2
+    assert "nvidia.com/gpu.product" in (CLUSTER / "README.md").read_text()
+
+
 def test_the_head_gives_the_driver_tracking_and_storage_settings():
     (service,) = [s for s in of_kind("Service") if s["metadata"]["name"] == "mlflow"]
     port = service["spec"]["ports"][0]["port"]

@@ -52,6 +52,24 @@ def test_resume_continues_the_recorded_run_and_refuses_a_changed_spec(tmp_path):
         open_run(spec, tmp_path / "s", resume=True, log=messages.append)
 
 
+def test_a_resumed_run_keeps_the_bf16_decision_its_spec_json_records(tmp_path):
+    """`auto` is decided when the run starts and spec.json holds the decision: resuming with the
+    same `auto` spec is no change, and the remaining trials get the recorded decision."""
+    from pipeline.search.state import saved_bf16
+
+    spec = spec_from_dict(RAW)  # train.bf16: auto
+    save_state(tmp_path / "s", {"run_id": "20260101-000000", "parent_run_id": "p", "status": "running"})
+    first = open_run(spec, tmp_path / "s", resume=False, log=print)
+    assert saved_bf16(first) is None  # a new run decides afresh
+    paths = SweepPaths(tmp_path / "s", "20260101-000000")
+    paths.spec_file.parent.mkdir(parents=True)
+    paths.spec_file.write_text(json.dumps(spec_to_dict(spec_from_dict(RAW, ["train.bf16=on"]))))
+    again = open_run(spec, tmp_path / "s", resume=True, log=print)
+    assert again.resuming and saved_bf16(again) == "on"
+    with pytest.raises(DrydockError, match=r"\(train.bf16\)"):  # a spec that says otherwise than auto is a change
+        open_run(spec_from_dict(RAW, ["train.bf16=off"]), tmp_path / "s", resume=True, log=print)
+
+
 def test_a_new_run_takes_the_folder_over_and_records_how_it_ended(tmp_path):
     spec, workdir = spec_from_dict(RAW), tmp_path / "w"
     sweep_dir = workdir / "s"

@@ -35,3 +35,26 @@ def test_a_student_that_does_not_reproduce_its_logits_does_not_count(tmp_path):
     with pytest.raises(ExportMismatch, match="differ from the trained model's by 0.01"):
         verify_trial(tmp_path)
     assert not (tmp_path / METRICS_FILE).exists()
+
+
+def test_the_reference_logits_come_from_a_float32_cpu_copy_and_leave_the_trained_model_as_it_was():
+    """The verifier reruns the saved student on the CPU in float32; a reference computed where the
+    model trained (a GPU's kernels, bf16 weights) differs from that by more than the tolerance
+    although the export is faithful. Shown here with bf16 weights, the one half a CPU can show."""
+    model = make_tiny_bert(seed=3)
+    with torch.no_grad():
+        model.classifier.weight.mul_(300)  # logits of a few units, as a trained head gives, not ~0.01
+    model = model.to(torch.bfloat16).train()
+    g = torch.Generator().manual_seed(0)
+    batch = {"input_ids": torch.randint(5, 90, (4, 9), generator=g), "attention_mask": torch.ones(4, 9, dtype=torch.long),
+             "token_type_ids": torch.zeros(4, 9, dtype=torch.long)}
+    float_copy = make_tiny_bert(seed=3).eval()
+    float_copy.load_state_dict({k: v.float() for k, v in model.state_dict().items()})
+    with torch.no_grad():
+        in_float32 = float_copy(**batch).logits
+        in_bf16 = model.eval()(**batch).logits.float()
+    model.train()
+    assert (in_bf16 - in_float32).abs().max() > 1e-3 * max(1.0, float(in_float32.abs().max()))  # what it was: 10× the tolerance
+    got = reference_logits(model, batch)
+    assert got.dtype == torch.float32 and torch.equal(got, in_float32)
+    assert model.training and next(model.parameters()).dtype == torch.bfloat16
