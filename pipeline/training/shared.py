@@ -4,8 +4,10 @@ A method only declares the work (`Method.shared_work()`: what the artifact depen
 which phases produce it) and writes or reads it in a folder it is handed (`save_shared`,
 `load_shared`). Everything about files and processes is here: the folder named after the key,
 the file lock that lets one trial build while the others with the same key wait, the decision
-made on rank 0 and broadcast so that every rank runs the same phase plan, and the publication by
-one atomic rename, so a reader never sees half an artifact. The loop makes three calls:
+made on rank 0 and told to the other ranks through the process group's store (never in a
+collective, which a long wait would time out) so that every rank runs the same phase plan, and
+the publication by one atomic rename, so a reader never sees half an artifact. The loop makes
+three calls:
 
     shared = SharedWorkCache.open(method, root, scope, dist)  # after build(), before phases()
     shared.before_phase(phase)                                 # before each start_phase
@@ -21,8 +23,10 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import itertools
 import json
 import os
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -44,14 +48,34 @@ def artifact_name(method_name: str, scope: str, key: Mapping[str, Any]) -> str:
     return f"{method_name}-{hashlib.sha256(blob.encode()).hexdigest()[:16]}"
 
 
-def _decided_on_rank_zero(published: bool, dist: Distributed) -> bool:
+# How often the other ranks look whether rank 0 has decided: a wait on the lock lasts as long
+# as another trial's build (minutes), so a second's latency costs nothing.
+POLL_S = 0.5
+_opened = itertools.count()  # every rank opens the same caches in the same order: one key each
+
+
+def _decided_on_rank_zero(published: bool | None, dist: Distributed, name: str) -> bool:
     """Rank 0's decision on every rank, so that every rank plans the same phases (a rank that
-    looked for itself could find the artifact published a moment after rank 0 claimed it)."""
+    looked for itself could find the artifact published a moment after rank 0 claimed it).
+
+    Told through the process group's key-value store, not a collective: rank 0 decides only once
+    it holds the lock or sees the artifact, which takes as long as another trial's build, and a
+    collective that waits that long outlasts the group's timeout (NCCL's 1,800 s under Ray Train,
+    whose async error handling then kills the trial). `store.check` returns at once, so the other
+    ranks poll it, under no timeout (tests/unit/training/test_shared.py holds the lock longer than
+    the group's timeout)."""
+    key = f"drydock/shared/{next(_opened)}/{name}"
     if dist.world_size == 1 or not torch.distributed.is_initialized():
-        return published
-    box = [published]
-    torch.distributed.broadcast_object_list(box, src=0)
-    return bool(box[0])
+        return bool(published)
+    # the default group's store: every rank of the trial reaches it (c10d keeps it private, with
+    # no public accessor, in torch 2.x)
+    store = torch.distributed.distributed_c10d._get_default_store()
+    if dist.is_main:
+        store.set(key, "1" if published else "0")
+        return bool(published)
+    while not store.check([key]):
+        time.sleep(POLL_S)
+    return store.get(key) == b"1"
 
 
 class SharedWorkCache:
@@ -73,7 +97,7 @@ class SharedWorkCache:
         folder = Path(root) / artifact_name(method.name, scope, work.key)
         lock = _claim(folder) if dist.is_main else None  # rank 0 alone touches the lock
         shared = cls(method, work, folder, lock)
-        if _decided_on_rank_zero(dist.is_main and lock is None, dist):
+        if _decided_on_rank_zero(dist.is_main and lock is None, dist, folder.name):
             method.load_shared(folder)
             shared.loaded = True
         return shared

@@ -272,12 +272,15 @@ def test_shared_distillation_runs_once_and_later_trials_fine_tune_from_it(tmp_pa
 # --------------------------------------------------------------------------------------------
 
 
-def _rank(rank: int, world: int, port: int, root: str, out: str) -> None:
+def _rank(rank: int, world: int, port: int, root: str, out: str, timeout_s: float | None = None) -> None:
+    import datetime
+
     import torch.distributed as dist
 
     os.environ.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+    timeout = {"timeout": datetime.timedelta(seconds=timeout_s)} if timeout_s else {}
+    dist.init_process_group("gloo", rank=rank, world_size=world, **timeout)
     try:
         ranks = Distributed(strategy="ddp", world_size=world, rank=rank)
         seen = []
@@ -297,10 +300,16 @@ def _rank(rank: int, world: int, port: int, root: str, out: str) -> None:
         dist.destroy_process_group()
 
 
-def test_under_ddp_rank_zero_decides_and_every_rank_plans_alike(tmp_path):
+@pytest.mark.parametrize("timeout_s, building_s", [(None, 1.0), (2.0, 5.0)], ids=["default-timeout", "build-outlasts-timeout"])
+def test_under_ddp_rank_zero_decides_and_every_rank_plans_alike(tmp_path, timeout_s, building_s):
     """Key "a" is being built by another trial (this test holds its lock, then publishes): rank 0
     waits for it, and rank 1, which alone would find nothing yet and plan to build, follows rank
-    0's decision. Key "b": rank 0 builds and alone holds the lock; the next trial loads on both."""
+    0's decision. Key "b": rank 0 builds and alone holds the lock; the next trial loads on both.
+
+    The other trial's build may take longer than the process group's timeout (a MiniLM
+    distillation can outlast NCCL's 1,800 s, after which Ray's async error handling kills the
+    trial): while rank 0 waits on the lock, no rank may wait in a collective. The second case's
+    group times out after 2 s and the build takes 5 (rank 1 in a broadcast failed it)."""
     import socket
 
     import torch.multiprocessing as mp
@@ -315,8 +324,8 @@ def test_under_ddp_rank_zero_decides_and_every_rank_plans_alike(tmp_path):
         port = s.getsockname()[1]
     out = str(tmp_path / "seen")
     # fork: the children start with what this process has imported (spawn would import it all again)
-    ranks = mp.start_processes(_rank, args=(2, port, str(root), out), nprocs=2, join=False, start_method="fork")
-    time.sleep(1.0)  # the other trial is still building
+    ranks = mp.start_processes(_rank, args=(2, port, str(root), out, timeout_s), nprocs=2, join=False, start_method="fork")
+    time.sleep(building_s)  # the other trial is still building
     scratch = root / ".scratch"
     scratch.mkdir()
     (scratch / "value.json").write_text("9.0")
