@@ -22,6 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, cast
 
+import mlflow
 import pandas as pd
 from ray import tune
 
@@ -85,12 +86,16 @@ def _line(error: BaseException) -> str:
     return text.splitlines()[0][:300] if text else type(error).__name__
 
 
-def pending_rows(table: Path) -> list[dict[str, Any]]:
-    """The rows of trials done with whose MLflow run was never written (no `mlflow_run_id`)."""
+def pending_rows(table: Path, run_exists: Callable[[str], bool] | None = None) -> list[dict[str, Any]]:
+    """The rows of trials done with whose MLflow run was never written (no `mlflow_run_id`), and,
+    with `run_exists`, those naming a run the tracking store does not have (`PushSchedule`)."""
     frame = results_table.read_results(table)
     if not len(frame):
         return []
-    missing = frame["mlflow_run_id"].fillna("").astype(str) == ""
+    ids = frame["mlflow_run_id"].fillna("").astype(str)
+    missing = ids == ""
+    if run_exists is not None:
+        missing |= ids.map(lambda run_id: run_id != "" and not run_exists(run_id))
     # pandas-stubs types records' keys as Hashable; the table's column names are strings
     return cast(list[dict[str, Any]], frame[frame["status"].isin(DONE) & missing].to_dict("records"))
 
@@ -143,6 +148,37 @@ def record_pending(tracker: SweepTracker, table: Path, store: WorkStore | None =
     return written
 
 
+# A file that grows with every trial (the results table, the sweep's own mlflow.db) pushed to a
+# remote work location after each trial costs n²/2 trials' worth of bytes over a sweep of n.
+PUSH_FRACTION = 0.2
+
+
+class PushSchedule:
+    """When such a file is pushed: once the trials recorded since its last push reach a fifth of
+    those recorded before it (at least one), and whole at the end. Over n trials that is about six
+    trials' worth of bytes per trial, whatever n (tests/unit/search/test_recorder.py); a driver
+    killed in between leaves the store's copy at most a sixth behind, which `--resume` writes again
+    (`reconcile`, `backfill`)."""
+
+    def __init__(self) -> None:
+        self.count = 0  # trials recorded
+        self.pushed_at = 0  # ... when the file was last pushed
+
+    def tick(self) -> bool:
+        """One more trial recorded; whether to push now."""
+        self.count += 1
+        if self.count - self.pushed_at >= max(1, int(PUSH_FRACTION * self.pushed_at)):
+            self.pushed_at = self.count
+            return True
+        return False
+
+    def catch_up(self) -> bool:
+        """Whether anything was recorded since the last push (which is then due, at the end)."""
+        behind = self.count > self.pushed_at
+        self.pushed_at = self.count
+        return behind
+
+
 class SweepRecorder(tune.Callback):
     """Owns every trial's MLflow run and row; runs in the sweep's driver process.
 
@@ -170,6 +206,7 @@ class SweepRecorder(tune.Callback):
         self.draining = False
         self.submitted: set[str] = set()  # trials whose run this recorder set out to write
         self.untracked: set[str] = set()  # ... and whose run is not written (yet)
+        self.table_pushes, self.tracking_pushes = PushSchedule(), PushSchedule()  # to a remote work location
 
     def __reduce__(self):
         # Tune pickles its callbacks into tuner.pkl; this one holds live clients and processes
@@ -239,6 +276,13 @@ class SweepRecorder(tune.Callback):
 
     def close(self) -> None:
         self.drain()
+        try:  # what the schedule held back, now that nothing writes either file
+            if self.table_pushes.catch_up() | self.tracking_pushes.catch_up():
+                self._publish()
+                self._publish_tracking()
+        except Exception as e:  # the sweep pushes its files again as it ends (sweep.py, push_run_files)
+            logger.exception("pushing the results table and the tracking store failed")
+            self.log(f"warning: pushing the results table or the tracking store to the work location failed: {type(e).__name__}: {_line(e)}")
         if self.untracked:
             shown = ", ".join(sorted(self.untracked)[:5]) + (" …" if len(self.untracked) > 5 else "")
             self.log(f"warning: {len(self.untracked)} trial(s) have no MLflow run, the tracking store {self.tracker.uri} failed "
@@ -278,8 +322,11 @@ class SweepRecorder(tune.Callback):
     def backfill(self) -> None:
         """Write the MLflow run of every row of the table that has none (the tracking store
         refused it to an earlier driver), unless this recorder set out to already."""
+        # the sweep's own mlflow.db reaches the work location on a schedule (`PushSchedule`): a
+        # resumed run's copy may lack runs its table names
+        exists = self._run_exists if self.tracking_file else None
         try:
-            rows = pending_rows(self.paths.results)
+            rows = pending_rows(self.paths.results, exists)
         except Exception as e:  # an unreadable table is for the stages that need it to say
             self.log(f"warning: cannot read {self.paths.results} for runs left to write: {type(e).__name__}: {_line(e)}")
             return
@@ -287,6 +334,13 @@ class SweepRecorder(tune.Callback):
             key, run_params, status, outcome = row_record(row)
             if key not in self.submitted:
                 self._track_end(key, run_params, status, outcome)
+
+    def _run_exists(self, run_id: str) -> bool:
+        try:
+            self.tracker.client.get_run(run_id)
+        except mlflow.exceptions.MlflowException:
+            return False
+        return True
 
     # ------------------------------------------------------------------------------------------
     # on the table thread and the tracking thread
@@ -357,8 +411,11 @@ class SweepRecorder(tune.Callback):
             try:
                 with self.table_lock:
                     set_run_id(self.paths.results, key, run_id)
-                    self._publish()
-                self._publish_tracking()
+                    due = self.tracking_pushes.tick()
+                    if due:  # the table with the runs it names
+                        self._publish()
+                if due:
+                    self._publish_tracking()
             except Exception as e:
                 logger.exception("naming the run of trial %s in the table failed", key)
                 self.log(f"warning: the row of trial {key} does not name its MLflow run {run_id}: {type(e).__name__}: {_line(e)}")
@@ -374,7 +431,8 @@ class SweepRecorder(tune.Callback):
                                       metric_name=self.metric_name, suggestion=t.order)
         with self.table_lock:
             results_table.upsert(self.paths.results, [row])
-            self._publish()
+            if self.table_pushes.tick():
+                self._publish()
         metric = outcome.get("metric")
         shown = f"{self.metric_name} {metric:.4f}" if isinstance(metric, (int, float)) else (outcome.get("error") or "")[:120]
         self.log(f"trial {t.key}: {status} {shown}")
@@ -400,9 +458,9 @@ class SweepRecorder(tune.Callback):
         return status, outcome
 
     def _publish(self) -> None:
-        """The table into the work location after every trial (and the sweep's own tracking
-        store, `_publish_tracking`, after every trial's run): a reader, or a `--resume` on
-        another machine after this one died, finds them current there."""
+        """The table into the work location (and the sweep's own tracking store,
+        `_publish_tracking`, with it) on the `PushSchedule`: a reader, or a `--resume` on another
+        machine after this one died, finds them there at most a sixth of the trials behind."""
         if self.store is None or not self.store.is_remote:
             return
         key = self.store.key_of(self.paths.results)

@@ -139,3 +139,84 @@ def test_a_run_started_before_the_recorder_moved_still_unpickles():
     old = (b"\x80\x04\x95,\x00\x00\x00\x00\x00\x00\x00\x8c\x0epipeline.sweep\x94\x8c\x12_stand_in_callback"
            b"\x94\x93\x94)R\x94.")
     assert type(pickle.loads(old)) is tune.Callback
+
+
+# --------------------------------------------------------------------------------------------
+# files that grow with every trial reach a remote work location on a geometric schedule
+# --------------------------------------------------------------------------------------------
+
+
+def test_growing_files_are_pushed_geometrically_so_a_sweep_pushes_linear_bytes():
+    """A file of n rows pushed after every trial costs n²/2 rows in all (1,000 trials: 500,000
+    rows' worth of mlflow.db, issue #35 item 8); pushed when the trials since the last push reach
+    a fifth of those before it, a few rows per trial whatever the sweep's size."""
+    from pipeline.search.recorder import PushSchedule
+
+    def per_trial(n: int) -> float:
+        schedule, pushed = PushSchedule(), 0
+        for count in range(1, n + 1):
+            if schedule.tick():
+                pushed += count  # the file holds `count` trials' rows when pushed
+        return (pushed + n) / n  # and once more, whole, at the end
+
+    schedule = PushSchedule()
+    assert [c for c in range(1, 31) if schedule.tick()] == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 12, 14, 16, 19, 22, 26]
+    assert per_trial(1000) < 7 and per_trial(50) < 7 and per_trial(1000) / per_trial(50) < 1.5
+    assert per_trial(1000) * 1000 < 0.02 * (1000 * 1001 / 2)  # vs a push after every trial
+
+
+def test_a_recorder_on_a_remote_location_pushes_on_the_schedule_and_everything_at_the_end(tmp_path, monkeypatch):
+    from pipeline.search.recorder import PushSchedule
+    from pipeline.storage import WorkStore
+    from pipeline.tracking import TRACKING_DB
+
+    monkeypatch.setenv("DRYDOCK_CACHE_DIR", str(tmp_path / "cache"))
+    remote = tmp_path / "bucket"
+    remote.mkdir()
+    pushed: list[str] = []
+
+    class Counted(WorkStore):  # the real store, every push it makes noted
+        def push(self, key: str) -> None:
+            pushed.append(key)
+            super().push(key)
+
+    opened = WorkStore.open(remote.as_uri())
+    store = Counted(opened.location, opened.local, opened.remote)
+    spec = spec_from_dict(SPEC, [f"methods.finetune.learning_rate={{grid: {[round(1e-4 * (i + 1), 6) for i in range(24)]}}}"])
+    tracker = SweepTracker(spec, store.local)
+    tracker.start_parent(resume=False)
+    paths = SweepPaths(store.local / "rec", "r1")
+    paths.trials_dir.mkdir(parents=True)
+    recorder = SweepRecorder(paths, tracker, "accuracy", 0.8, print, store=store, tracking_file=TRACKING_DB)
+    trials = expand_trials(spec)
+    for t in trials:
+        recorder.on_trial_complete(0, [], tune_trial(t))
+    recorder.close()
+
+    schedule = PushSchedule()
+    expected = sum(schedule.tick() for _ in trials) + 1  # and once at the end
+    table = store.key_of(paths.results)
+    assert pushed.count(TRACKING_DB) == expected and pushed.count(table) <= 2 * expected
+    assert len(trials) == 24 and expected < 24 + 1  # every trial pushed both files, the table twice, before
+    # what the store holds at the end is the whole record
+    assert (remote / TRACKING_DB).read_bytes() == (store.local / TRACKING_DB).read_bytes()
+    assert (remote / table).read_bytes() == paths.results.read_bytes()
+    frame = results_table.read_results(remote / table)
+    assert len(frame) == 24 and frame["mlflow_run_id"].notna().all()
+
+
+def test_a_row_naming_a_run_the_tracking_store_lacks_gets_its_run_written_again(sweep):
+    """The table and mlflow.db reach a remote location on a schedule, not together: a driver killed
+    between them leaves rows naming runs the store's copy of mlflow.db never got. A resumed run
+    writes those again (found by key under the parent, else created), as it does a row without one."""
+    t = sweep.trials[0]
+    sweep.recorder.on_trial_complete(0, [], tune_trial(t))
+    sweep.recorder.close()
+    frame = results_table.read_results(sweep.paths.results)
+    frame["mlflow_run_id"] = "0123456789abcdef0123456789abcdef"  # no such run in this store
+    results_table.write(sweep.paths.results, frame)
+    again = SweepRecorder(sweep.paths, sweep.tracker, "accuracy", 0.8, sweep.messages.append, tracking_file="mlflow.db")
+    again.backfill()
+    again.close()
+    (row,) = results_table.read_results(sweep.paths.results).to_dict("records")
+    assert row["mlflow_run_id"] != "0123456789abcdef0123456789abcdef" and run_of(sweep, row).info.run_name == t.key
