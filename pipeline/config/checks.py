@@ -156,6 +156,22 @@ def teacher_config(teacher: TeacherConfig) -> tuple[dict[str, Any], str] | None:
     return None
 
 
+def custom_code_problems(config: dict[str, Any], source: Path) -> list[str]:
+    """A teacher whose config.json or tokenizer_config.json names code of its own (`auto_map`):
+    drydock loads the user's teacher with `trust_remote_code=False` (`pipeline.prepare.models`),
+    so it would fail at load; said here, before any work, in one line."""
+    found = [(source, config.get("auto_map"))]
+    tokenizer_file = source.with_name("tokenizer_config.json")
+    if source.name == "config.json" and tokenizer_file.is_file():
+        try:
+            found.append((tokenizer_file, json.loads(tokenizer_file.read_text(encoding="utf-8")).get("auto_map")))
+        except (OSError, ValueError, AttributeError):
+            pass  # an unreadable tokenizer config is for its loader to report
+    return [f"teacher.model: {path} names custom code ({', '.join(sorted(auto_map)) if isinstance(auto_map, dict) else 'auto_map'}), "
+            "which drydock never runs; use a model whose architecture transformers ships (BERT, RoBERTa, ...)"
+            for path, auto_map in found if auto_map]
+
+
 def teacher_problems(spec: SweepSpec) -> list[str]:
     """What the teacher's own config rules out (`drydock validate` checks it): sequences longer
     than its position table, students deeper than it, heads that do not divide a width. Each
@@ -165,8 +181,8 @@ def teacher_problems(spec: SweepSpec) -> list[str]:
     if found is None:
         return []
     config, source = found
+    problems: list[str] = custom_code_problems(config, Path(source))
     ints = {k: v for k, v in config.items() if isinstance(v, int) and not isinstance(v, bool)}
-    problems: list[str] = []
     positions = ints.get("max_position_embeddings")
     if positions is not None and config.get("model_type") in _OFFSET_POSITIONS:
         positions -= ints.get("pad_token_id", 1) + 1

@@ -14,9 +14,11 @@ carry: what is trained is what is fingerprinted. The other references have no re
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import torch
 from transformers import (
@@ -38,6 +40,8 @@ hf_logging.set_verbosity_error()
 hf_logging.disable_progress_bar()
 
 RANDOM_TEACHER_SEED = 1234  # a random teacher is the same model in every run and process
+
+T = TypeVar("T")
 
 
 def resolve_model_ref(ref: str) -> str:
@@ -82,9 +86,35 @@ def teacher_revision(cfg: TeacherConfig) -> str | None:
     return model_revision(cfg.model, cfg.revision)
 
 
+def _no_custom_code(ref: str, field: str, load: Callable[[], T]) -> T:
+    """`load()` (a `from_pretrained(..., trust_remote_code=False)`) with transformers' refusal of a
+    model or tokenizer that names code of its own as one line. Without the explicit False,
+    transformers asks "run the custom code? [y/N]" on stdin, and a `y` there ran it."""
+    try:
+        return load()
+    except ValueError as e:
+        if "trust_remote_code" not in str(e) and "custom code" not in str(e):
+            raise
+        raise SpecError(f"{field}: {ref} names custom code (auto_map in its config.json or tokenizer_config.json), which "
+                        "drydock never runs; use a model whose architecture transformers ships (BERT, RoBERTa, ...)") from None
+
+
 def load_tokenizer(ref: str, revision: str | None = None) -> PreTrainedTokenizerBase:
     """The tokenizer a model reference ships, for a hub model at the commit `revision` resolves to."""
-    return AutoTokenizer.from_pretrained(resolve_model_ref(ref), revision=model_revision(ref, revision))
+    resolved = resolve_model_ref(ref)
+    config = Path(resolved) / "tokenizer_config.json"
+    # transformers loads its own class in place of a tokenizer's `auto_map` under
+    # trust_remote_code=False, and the export would then carry a reference to code nobody
+    # recorded (refused by the verifier after training): refused here, before any work
+    try:
+        names_code = config.is_file() and "auto_map" in json.loads(config.read_text(encoding="utf-8"))
+    except (OSError, ValueError, TypeError):
+        names_code = False  # unreadable: transformers says so as it loads it
+    if names_code:
+        raise SpecError(f"teacher.model: {ref}'s tokenizer names custom code (auto_map in {config}), which drydock never runs; "
+                        "use a tokenizer transformers ships")
+    return _no_custom_code(ref, "teacher.model", lambda: AutoTokenizer.from_pretrained(
+        resolved, revision=model_revision(ref, revision), trust_remote_code=False))
 
 
 def tokenizer_id(tokenizer: PreTrainedTokenizerBase) -> str:
@@ -132,7 +162,8 @@ def load_pretrained(cfg: TeacherConfig, task: TaskInfo, vocab_size: int) -> PreT
         return random_teacher(cfg, task, vocab_size)
     ref = resolve_model_ref(cfg.model)
     try:
-        return AutoModelForSequenceClassification.from_pretrained(ref, revision=teacher_revision(cfg), **_label_maps(task))
+        return _no_custom_code(cfg.model, "teacher.model", lambda: AutoModelForSequenceClassification.from_pretrained(
+            ref, revision=teacher_revision(cfg), trust_remote_code=False, **_label_maps(task)))
     except OSError as e:
         raise SpecError(f"teacher.model: cannot load {cfg.model!r} ({e.__class__.__name__}: {str(e).splitlines()[0]})") from None
 
@@ -146,7 +177,8 @@ def load_finetuned(path: str | Path) -> PreTrainedModel:
     path = Path(path)
     if not (path / "config.json").is_file():
         raise SpecError(f"teacher.finetuned: {path} has no config.json (not a saved model folder)")
-    model = AutoModelForSequenceClassification.from_pretrained(str(path))
+    model = _no_custom_code(str(path), "teacher.finetuned", lambda: AutoModelForSequenceClassification.from_pretrained(
+        str(path), trust_remote_code=False))
     model.eval()
     for p in model.parameters():
         p.requires_grad_(False)
