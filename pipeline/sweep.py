@@ -80,8 +80,7 @@ def run_sweep(spec: SweepSpec, workdir: str | Path, *, resume: bool = False, add
     gpus = check_gpu_workers(spec, log)
     check_latency_nodes(spec.selection.latency)  # a mixed-GPU cluster needs selection.latency.accelerator_type
     storage = run_storage(spec, run.paths, store)
-    decided = resolve_bf16(spec, gpus, saved_bf16(run), log)  # once, for every trial; spec.json records it
-    # a teacher fine-tuned here (teacher_placement: driver) decides for this machine's device itself
+    decided = resolve_bf16(spec, gpus, saved_bf16(run), log)  # once, for every trial (a teacher fine-tuned here: for its device)
     teacher, teacher_ref = teacher_stage(decided if spec.resources.teacher_on_workers() else spec, prepared, store,
                                          folders=folders, storage_path=storage.train, deepspeed_preset=deepspeed_preset, log=log)
     spec = decided
