@@ -19,6 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
+from ray.tune import Tuner
 
 from pipeline import results as results_table
 from pipeline.config import SweepSpec, check_for_sweep, load_deepspeed_preset
@@ -27,11 +28,12 @@ from pipeline.measure.latency import check_latency_nodes
 from pipeline.prepare.revisions import source_revisions
 from pipeline.prepare.stage import prepare
 from pipeline.search.driver import SearchContext
+from pipeline.search.interrupt import SweepInterrupted, graceful_stop, interrupted_message
 from pipeline.search.ray_instance import check_gpu_workers, init_ray, max_concurrent, resolve_bf16
 from pipeline.search.recorder import SweepRecorder, record_pending, stand_in_callback
 from pipeline.search.sealed import Sealed
 from pipeline.search.searcher import study_searcher, write_search_summary
-from pipeline.search.space import expand_trials
+from pipeline.search.space import Trial, expand_trials
 from pipeline.search.state import end_run, open_run, run_revisions, run_storage, saved_bf16, start_run
 from pipeline.search.teacher import teacher_stage
 from pipeline.search.trainer import TrainResources
@@ -90,11 +92,7 @@ def run_sweep(spec: SweepSpec, workdir: str | Path, *, resume: bool = False, add
         "task": spec.task.name, "teacher": spec.teacher.model, "methods": ",".join(spec.methods),
         "trials": str(planned), "search_algorithm": spec.search.algorithm, "bf16": spec.train.bf16, "data_fingerprint": prepared.data.fingerprint,
         **source_revisions(spec, prepared.data.revision)}, log=log, backfill=record_pending)  # the hub commits: teacher_revision, data_revision
-    if spec.search.searching:
-        log(f"search: {spec.search.algorithm} over {', '.join(spec.methods)}, {spec.search.num_configurations} configurations "
-            f"× seeds {spec.seeds}, aiming at {' and '.join(spec.search.aims_at)}; run {run.paths.run_id}")
-    else:
-        log(f"search: {len(trials)} trials ({', '.join(sorted({t.method for t in trials}))}) × seeds {spec.seeds}; run {run.paths.run_id}")
+    announce(spec, trials, run.paths.run_id, log)
     context = SearchContext(
         spec=Sealed(spec), resources=TrainResources.of(spec), workdir=store.location,
         trials_dir=run.paths.trials_dir.relative_to(local).as_posix(), train_storage=storage.train,
@@ -110,19 +108,40 @@ def run_sweep(spec: SweepSpec, workdir: str | Path, *, resume: bool = False, add
         searcher = study_searcher(spec, context, store, run, store.localize(teacher_ref)) if spec.search.searching else None
         tuner = make_tuner(spec, trials, context, storage, concurrency=concurrency, callback=recorder, run=run, log=log,
                            searcher=searcher)
-        try:
-            recorder.reconcile(tuner.fit())
-        finally:
-            close_progress(tuner)
+        fit(tuner, recorder, spec, run.paths.run_id, log)
         if searcher is not None:  # before the select stage, whose report shows it (pushed with the run's files)
             write_search_summary(searcher, run.paths.run_dir / SEARCH_FILE, log)
         recorder.close()  # the verifier is not needed while measuring latency
         # the teacher as every node reaches it (a given teacher folder is published under teachers/)
         select_stage(spec, local, run.paths.sweep_dir, tracker, store.localize(teacher_ref), log, store=store)
         status = "FINISHED"
+    except SweepInterrupted:
+        status = "INTERRUPTED"  # resumable; the parent run KILLED
+        raise
     finally:
         recorder.close()
         end_run(run, tracker, status, log=log)
         if own_tracking and store.path(TRACKING_DB).is_file():
             store.push(TRACKING_DB)
     return results_table.read_results(run.paths.results)
+
+
+def announce(spec: SweepSpec, trials: list[Trial], run_id: str, log: Callable[[str], None]) -> None:
+    if spec.search.searching:
+        log(f"search: {spec.search.algorithm} over {', '.join(spec.methods)}, {spec.search.num_configurations} configurations "
+            f"× seeds {spec.seeds}, aiming at {' and '.join(spec.search.aims_at)}; run {run_id}")
+    else:
+        log(f"search: {len(trials)} trials ({', '.join(sorted({t.method for t in trials}))}) × seeds {spec.seeds}; run {run_id}")
+
+
+def fit(tuner: Tuner, recorder: SweepRecorder, spec: SweepSpec, run_id: str, log: Callable[[str], None]) -> None:
+    """Tune's search; on SIGINT or SIGTERM it stops as interrupted (`pipeline.search.interrupt`):
+    Tune has saved its state with the running trials unfinished, and no selection follows."""
+    try:
+        with graceful_stop(log) as stopped:
+            grid = tuner.fit()
+        if stopped.signal:
+            raise SweepInterrupted(interrupted_message(spec, run_id, stopped.signal, recorder.interrupted()))
+        recorder.reconcile(grid)
+    finally:
+        close_progress(tuner)

@@ -207,6 +207,7 @@ class SweepRecorder(tune.Callback):
         self.submitted: set[str] = set()  # trials whose run this recorder set out to write
         self.untracked: set[str] = set()  # ... and whose run is not written (yet)
         self.table_pushes, self.tracking_pushes = PushSchedule(), PushSchedule()  # to a remote work location
+        self.started: dict[str, Trial] = {}  # trials Tune started in this driver, by key
 
     def __reduce__(self):
         # Tune pickles its callbacks into tuner.pkl; this one holds live clients and processes
@@ -227,6 +228,7 @@ class SweepRecorder(tune.Callback):
 
     def on_trial_start(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
         t = _trial(trial)
+        self.started[t.key] = t
         self._track(f"the start of trial {t.key}", self.tracker.trial_run, t.key, _run_params(t),
                     {"drydock.method": t.method, "ray_trial_id": trial.trial_id})
 
@@ -292,6 +294,20 @@ class SweepRecorder(tune.Callback):
         if self.verifier is not None:
             self.verifier.close()
             self.verifier = None
+
+    def interrupted(self) -> list[str]:
+        """After a search stopped by a signal (`pipeline.search.interrupt`): the MLflow runs of
+        the trials still running are closed as KILLED, and they get no row (Tune's state keeps
+        them unfinished, and `--resume` runs them again; a `stopped` row would say the scheduler
+        ended them). Returns their keys."""
+        self.drain()
+        open_trials = sorted(set(self.started) - self.submitted)
+        for key in open_trials:
+            t = self.started[key]
+            self._track(f"the end of interrupted trial {key}",
+                        lambda t=t: self.tracker.finish(self.tracker.trial_run(t.key, _run_params(t)), "KILLED"))
+        self.drain()
+        return open_trials
 
     def reconcile(self, result_grid: Any) -> None:
         """Record the trials Tune has done with but this driver never recorded.

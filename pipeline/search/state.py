@@ -2,8 +2,9 @@
 
 Folders, under `<workdir>/<sweep name>/`:
     state.json                 the current run id and its MLflow parent run (what --resume continues),
-                               and its status: running, finished, failed, or killed (still "running"
-                               when the next run started: its driver was killed)
+                               and its status: running, finished, failed, interrupted (SIGINT or
+                               SIGTERM during the search), or killed (still "running" when the
+                               next run started: its driver was killed)
     results.parquet            one row per trial of the current run (the contract of pipeline/results.py)
     runs/<run id>/spec.json    the spec the run started with (a resumed run must keep it)
     runs/<run id>/tune/        Tune's experiment state (Tuner.restore reads it)
