@@ -12,11 +12,12 @@ Printed, one row per sweep:
   driver CPU s/trial   CPU seconds of the sweep's own process (its threads: the recorder, the
                        searcher, Tune's loop) during the search stage, per trial
   driver peak MB       its peak resident memory (ru_maxrss) at the end of the sweep
-  pushed KB/trial      bytes the driver pushed to the work location (results table, mlflow.db,
-                       run files; a trial's own folder is pushed by its rank 0 and is the same
-                       size at any N), per trial
-  MLflow calls/trial   calls the driver made to MlflowClient, per trial
+  pushed KB/trial      bytes the driver pushed to the work location during the search stage
+                       (results table, mlflow.db; a trial's own folder is pushed by its rank 0
+                       and is the same size at any N), per trial
+  MLflow calls/trial   calls the driver made to MlflowClient during the search stage, per trial
   select s             the measure + select stage (latency, front, report, registry) in seconds
+  pushed MB all        everything the driver pushed, the cache, teacher and select stage included
 
 The trials' Ray Train start-up (~25 s each on a 2-core machine) dominates the wall time: N=1,000
 is hours there, minutes on a 16-core node with more concurrent trials.
@@ -97,7 +98,7 @@ class Meter:
 def spec_for(n: int, location: str):
     rates = [round(1e-4 * (1 + 9 * i / max(1, n - 1)), 8) for i in range(n)]
     return load_spec(ROOT / "sweeps" / "smoke.yaml", [
-        f"name=scale-{location}-{n}", f"tracking.experiment=scale-{location}-{n}",
+        f"name=scale-{location}-{n}", f"tracking.experiment=scale-{location}-{n}", f"tracking.registered_model=scale-{location}-{n}",
         f"methods={{finetune: {{learning_rate: {{grid: {rates}}}}}}}", "student.num_layers=1",
         "teacher.architecture.num_layers=2", "task.synthetic.num_train=64", "task.synthetic.num_dev=32",
         "train.max_steps=2", "train.eval_every=2", "search.scheduler=fifo",
@@ -114,9 +115,11 @@ def run_one(n: int, location: str, uri: str) -> dict[str, float]:
 
     def log(message: str) -> None:
         if message.startswith("search:") and "search" not in marks:
-            marks["search"] = sum(me.cpu_times()[:2])
+            marks["search"], marks["pushed_before"] = sum(me.cpu_times()[:2]), meter.pushed
+            marks["calls_before"] = sum(meter.calls.values())
         if message.startswith(("latency:", "select:")) and "end" not in marks:
-            marks["end"] = sum(me.cpu_times()[:2])
+            marks["end"], marks["pushed_search"] = sum(me.cpu_times()[:2]), meter.pushed - marks.get("pushed_before", 0)
+            marks["calls_search"] = sum(meter.calls.values()) - marks.get("calls_before", 0)
 
     meter.install()
     try:
@@ -126,8 +129,9 @@ def run_one(n: int, location: str, uri: str) -> dict[str, float]:
     cpu = marks.get("end", sum(me.cpu_times()[:2])) - marks.get("search", 0.0)
     return {"n": n, "trials": len(frame), "finished": int((frame["status"] == "finished").sum()),
             "driver_cpu_s_per_trial": cpu / len(frame), "driver_peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-            "pushed_kb_per_trial": meter.pushed / 1024 / len(frame), "mlflow_calls_per_trial": sum(meter.calls.values()) / len(frame),
-            "select_s": meter.select_s}
+            "pushed_kb_per_trial": marks.get("pushed_search", 0) / 1024 / len(frame),
+            "mlflow_calls_per_trial": marks.get("calls_search", 0) / len(frame), "select_s": meter.select_s,
+            "pushed_mb_all": meter.pushed / 2**20}
 
 
 def main() -> None:

@@ -78,7 +78,9 @@ class WorkStore:
             path = Path(text).expanduser().resolve()
             return cls(str(path), path)
         remote = text.rstrip("/")
-        _filesystem(remote)  # an unknown scheme or a missing driver fails here
+        problem = check_uri(text)  # an unknown scheme, a missing driver or no bucket fails here
+        if problem:
+            raise DrydockError(f"--workdir: {problem}")
         digest = hashlib.sha256(remote.encode()).hexdigest()[:12]
         name = Path(urlparse(remote).path).name or urlparse(remote).netloc or "work"
         return cls(remote, cache_root() / "work" / f"{name}-{digest}", remote)
@@ -244,6 +246,20 @@ def _copy(src_fs: pafs.FileSystem, src: str, dst_fs: pafs.FileSystem, dst: str) 
     for source, target in files:
         dst_fs.create_dir(target.rsplit("/", 1)[0], recursive=True)
         pafs.copy_files(source, target, source_filesystem=src_fs, destination_filesystem=dst_fs)
+
+
+def check_uri(uri: str) -> str | None:
+    """What is wrong with a work location or storage URI, said before any work (None: nothing):
+    a scheme no filesystem serves (`ftp://` failed only after the teacher, as a traceback), or an
+    object store URI without a bucket (`s3://` tried to create a bucket '')."""
+    parsed = urlparse(uri)
+    if parsed.scheme in ("s3", "gs", "gcs", "abfs", "az") and not parsed.netloc:
+        return f"{uri} names no bucket; give {parsed.scheme}://<bucket>/<prefix>"
+    try:
+        _filesystem(uri)
+    except DrydockError as e:
+        return str(e).removeprefix("--workdir: ")
+    return None
 
 
 def _filesystem(uri: str) -> tuple[pafs.FileSystem, str]:

@@ -10,6 +10,7 @@ import importlib.util
 import json
 import math
 import os
+from importlib.machinery import PathFinder
 from pathlib import Path
 from typing import Any
 
@@ -116,6 +117,56 @@ def trial_count_problems(spec: SweepSpec) -> list[str]:
 _OFFSET_POSITIONS = ("roberta", "xlm-roberta", "camembert")
 
 
+def package_folder(module: str) -> Path | None:
+    """Where the installed package `module` (dotted or not) lives, found without importing it or
+    its parents: `importlib.util.find_spec("a.b")` imports `a`, so validating `pkg:this.x/model`
+    ran the module `this`. The top-level name is looked up by every finder (an editable install's
+    too), which locates without executing; its subpackages in the folders found."""
+    parts = module.split(".")
+    if not module or not all(part.isidentifier() for part in parts):
+        return None
+    try:
+        spec = importlib.util.find_spec(parts[0])  # a top-level name: nothing is imported
+    except (ImportError, ValueError):
+        return None
+    for depth in range(1, len(parts) + 1):
+        if spec is None or not spec.submodule_search_locations:
+            return None
+        if depth == len(parts):
+            return Path(list(spec.submodule_search_locations)[0])
+        spec = PathFinder.find_spec(".".join(parts[: depth + 1]), list(spec.submodule_search_locations))
+    return None
+
+
+def reference_problems(spec: SweepSpec) -> list[str]:
+    """Names in the spec that no work can use, found without importing or connecting: a `pkg:`
+    teacher whose package is not installed, a storage URI no filesystem serves."""
+    problems = []
+    ref = spec.teacher.model
+    if ref.startswith("pkg:") and not spec.teacher.finetuned:
+        module, _, folder = ref[4:].partition("/")
+        found = package_folder(module)
+        if found is None:
+            problems.append(f"teacher.model: package {module!r} of {ref!r} is not installed (pip install it)")
+        elif not (found / folder).is_dir():
+            problems.append(f"teacher.model: {ref!r} names {found / folder}, which is not a folder")
+    path = spec.resources.storage_path
+    if path and "://" in path:
+        scheme, _, rest = path.partition("://")
+        if scheme not in RAY_STORAGE_SCHEMES:
+            problems.append(f"resources.storage_path: cannot open {path}: Ray's storage takes a folder or a URI of "
+                            f"{', '.join(s + '://' for s in sorted(RAY_STORAGE_SCHEMES))}, not {scheme}://")
+        elif scheme in OBJECT_STORE_SCHEMES and not rest.split("/")[0]:
+            problems.append(f"resources.storage_path: {path} names no bucket; give {scheme}://<bucket>/<prefix>")
+    return problems
+
+
+# The schemes pyarrow's `FileSystem.from_uri` opens, which Ray Train's storage uses (checked
+# offline: opening an S3 URI may ask the bucket's region over the network).
+RAY_STORAGE_SCHEMES = frozenset({"file", "s3", "gs", "gcs", "hdfs", "viewfs", "abfs", "abfss"})
+OBJECT_STORE_SCHEMES = frozenset({"s3", "gs", "gcs", "abfs", "abfss"})
+
+
 def teacher_config(teacher: TeacherConfig) -> tuple[dict[str, Any], str] | None:
     """The teacher's shape (its config.json, or `teacher.architecture` for `random`) and where it
     was read, when that needs no network: a fine-tuned teacher folder, a `pkg:` folder, a local
@@ -129,12 +180,9 @@ def teacher_config(teacher: TeacherConfig) -> tuple[dict[str, Any], str] | None:
     ref = teacher.model
     if ref.startswith("pkg:"):
         module, _, folder = ref[4:].partition("/")
-        try:
-            found = importlib.util.find_spec(module) if module else None
-        except (ImportError, ValueError):
-            found = None
-        if found is not None and found.submodule_search_locations:
-            candidates.append(Path(list(found.submodule_search_locations)[0]) / folder / "config.json")
+        found = package_folder(module)
+        if found is not None:
+            candidates.append(found / folder / "config.json")
     elif ref != "random" and Path(os.path.expanduser(ref)).is_dir():
         candidates.append(Path(os.path.expanduser(ref)) / "config.json")
     elif ref != "random":
@@ -239,6 +287,7 @@ def check_for_sweep(spec: SweepSpec) -> None:
     still serves `drydock train --method` and `drydock eval`, which load it too) and the
     teacher's own limits. Raises a SpecError listing every problem."""
     problems = ([] if spec.methods else [f"{NO_METHODS} (`drydock methods` lists them), e.g. `methods: {{kd: {{}}}}`"])
+    problems += reference_problems(spec)
     problems += teacher_problems(spec)
     problems += warm_start_problems(spec)
     if problems:

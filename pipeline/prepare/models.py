@@ -13,7 +13,6 @@ carry: what is trained is what is fingerprinted. The other references have no re
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 from collections.abc import Callable
@@ -32,7 +31,7 @@ from transformers import (
 from transformers.utils import logging as hf_logging
 
 from methods.base import TaskInfo
-from pipeline.config import TeacherConfig
+from pipeline.config import TeacherConfig, package_folder
 from pipeline.errors import SpecError
 from pipeline.prepare.hub import resolve_revision
 
@@ -48,10 +47,10 @@ def resolve_model_ref(ref: str) -> str:
     """A hub name or a local folder path for `from_pretrained`."""
     if ref.startswith("pkg:"):
         module, _, folder = ref[4:].partition("/")
-        spec = importlib.util.find_spec(module) if module else None
-        if spec is None or not spec.submodule_search_locations:
+        found = package_folder(module)  # without importing it: a reference runs no code
+        if found is None:
             raise SpecError(f"teacher.model: package {module!r} of {ref!r} is not installed (pip install it)")
-        path = Path(list(spec.submodule_search_locations)[0]) / folder
+        path = found / folder
         if not path.is_dir():
             raise SpecError(f"teacher.model: {ref!r} names {path}, which is not a folder")
         return str(path)

@@ -145,3 +145,45 @@ def test_a_grid_capped_below_its_size_and_a_budget_beyond_a_finite_space_are_ref
     assert spec_from_dict(_searching("tpe", finite, num_configurations=5)).search.aims_at == ("metric",)
     spec = spec_from_dict(_searching("nsga2", num_configurations=500, time_budget="2h"))
     assert spec.search.aims_at == ("metric", "latency") and spec.search.time_budget == 7200.0
+
+
+# --------------------------------------------------------------------------------------------
+# references validate checks without running anything (issue #37, item 7)
+# --------------------------------------------------------------------------------------------
+
+
+def sweep_problems(*overrides: str) -> list[str]:
+    from pipeline.config import check_for_sweep
+
+    spec = load_spec(SMOKE, list(overrides))
+    with pytest.raises(SpecError) as info:
+        check_for_sweep(spec)
+    return info.value.problems
+
+
+def test_a_package_teacher_is_found_without_importing_it_and_a_missing_one_is_refused():
+    """`find_spec("this.x")` imports `this` (printing the Zen of Python): the package's folder is
+    found without importing it or its parents, and one that is not installed is a problem."""
+    script = ("from pipeline.config import load_spec, check_for_sweep\n"
+              "from pipeline.errors import SpecError\n"
+              "try:\n    check_for_sweep(load_spec('sweeps/smoke.yaml', ['teacher.model=pkg:this.x/model', 'teacher.architecture=null']))\n"
+              "except SpecError as e:\n    print('PROBLEMS', e.problems)\n"
+              "import sys; print('IMPORTED' if 'this' in sys.modules else 'NOT IMPORTED')\n")
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert "Beautiful is better than ugly" not in done.stdout and done.stdout.strip().endswith("NOT IMPORTED"), done.stdout + done.stderr
+    assert "teacher.model: package 'this.x' of 'pkg:this.x/model' is not installed" in done.stdout, done.stdout
+    (problem,) = sweep_problems("teacher.model=pkg:no_such_package_here/model", "teacher.architecture=null")
+    assert problem.startswith("teacher.model: package 'no_such_package_here' of 'pkg:no_such_package_here/model' is not installed")
+
+
+def test_a_storage_path_of_a_scheme_no_filesystem_serves_is_refused_before_any_work():
+    (problem,) = sweep_problems("resources.storage_path=ftp://host/checkpoints")
+    assert problem.startswith("resources.storage_path: cannot open ftp://host/checkpoints"), problem
+
+
+def test_a_work_location_uri_without_a_bucket_is_refused():
+    from pipeline.errors import DrydockError
+    from pipeline.storage import WorkStore
+
+    with pytest.raises(DrydockError, match=r"^--workdir: s3:// names no bucket"):
+        WorkStore.open("s3://")
