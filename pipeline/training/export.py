@@ -115,7 +115,7 @@ def save_student(
     # transformers declares PreTrainedModel.to with functools.wraps(nn.Module.to): mypy sees the unbound signature
     model = model.to("cpu").eval()  # type: ignore[arg-type]
     label_config(model, task)
-    model.save_pretrained(folder, safe_serialization=True)
+    model.save_pretrained(folder)  # safetensors: transformers 5 writes nothing else
     tokenizer.save_pretrained(folder)
     facts = {"task": task.name, **method_facts(metadata.get("method"), metadata.get("params"))}
     metadata = {**facts, **metadata, **code_record(folder)}  # the digests of its custom code, if it ships any
