@@ -30,6 +30,7 @@ from typing import Any, cast
 
 import pandas as pd
 
+from pipeline.errors import DataError
 from pipeline.workdir import RESULTS_FILE as RESULTS_FILE
 from pipeline.workdir import atomic_path
 
@@ -119,7 +120,16 @@ def to_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
 
 
 def read_results(path: Path) -> pd.DataFrame:
-    return pd.read_parquet(path) if path.is_file() else to_frame([])
+    """The table (empty when there is none yet); one that cannot be read is a DataError naming
+    the file, not pyarrow's traceback."""
+    if not path.is_file():
+        return to_frame([])
+    try:
+        return pd.read_parquet(path)
+    except (OSError, ValueError) as e:  # pyarrow's ArrowInvalid is a ValueError
+        reason = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+        raise DataError(f"{path}: cannot be read as a results table ({reason}); restore it from the run's folder "
+                        "under runs/ or the work location, or move it away to start the table anew") from None
 
 
 def upsert(path: Path, rows: list[dict[str, Any]]) -> pd.DataFrame:

@@ -119,10 +119,16 @@ class WorkStore:
 
     def check_writable(self) -> None:
         """Write and remove a probe: credentials, bucket and endpoint are checked before any work."""
-        if not self.remote:
-            self.local.mkdir(parents=True, exist_ok=True)
-            return
         probe = f".drydock-probe-{os.getpid()}-{time.time_ns()}"
+        if not self.remote:
+            # mkdir of an existing folder succeeds whatever its permissions: a file must be written
+            try:
+                self.local.mkdir(parents=True, exist_ok=True)
+                (self.local / probe).write_bytes(b"ok")
+                (self.local / probe).unlink()
+            except OSError as e:
+                raise DrydockError(f"--workdir: cannot write to {self.local}: {e.strerror or type(e).__name__}") from None
+            return
         try:
             fs, base = _filesystem(self.remote)
             fs.create_dir(base, recursive=True)

@@ -49,3 +49,18 @@ def test_a_trial_row_carries_its_params_and_metrics_as_flat_columns():
     frame = results_table.to_frame([row])
     assert list(frame.columns) == results_table.ordered_columns(list(row))
     assert frame.loc[0, "params.alpha"] == 0.5 and math.isclose(frame.loc[0, "metrics.f1"], 0.7)
+
+
+def test_a_damaged_results_table_is_one_line_naming_the_file(tmp_path):
+    """`drydock report` on a results.parquet cut short (a full disk, a copy that failed) printed
+    pyarrow's traceback; it is a DataError naming the file, which the CLI prints as one line."""
+    from pipeline.cli.main import main
+    from pipeline.errors import DataError
+
+    sweep = tmp_path / "s"
+    sweep.mkdir()
+    table = sweep / results_table.RESULTS_FILE
+    table.write_bytes(b"PAR1 cut short")
+    with pytest.raises(DataError, match=rf"^{table}: cannot be read as a results table"):
+        results_table.read_results(table)
+    assert main(["report", str(sweep)]) == 2

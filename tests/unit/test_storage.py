@@ -127,3 +127,14 @@ def test_a_path_is_addressed_by_the_store_only_when_the_store_is_a_uri(tmp_path,
     assert uri.address(str(mirrored)) == uri.address(mirrored)
     outside = tmp_path / "elsewhere" / "teacher"
     assert uri.address(outside) == str(outside)  # not in the store: only this node's path names it
+
+
+def test_a_work_directory_that_exists_but_takes_no_files_is_refused_before_any_work():
+    """mkdir of an existing folder succeeds whatever its permissions: the sweep found out 34 s in,
+    at its first write. /proc exists and takes no new file, even from root (the suite's user
+    here, whom chmod would not stop)."""
+    from pipeline.errors import DrydockError
+    from pipeline.storage import WorkStore
+
+    with pytest.raises(DrydockError, match=r"^--workdir: cannot write to /proc: "):
+        WorkStore.open("/proc").check_writable()
