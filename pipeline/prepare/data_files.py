@@ -63,8 +63,14 @@ def read_delimited(path: Path, delimiter: str, quoting: Literal[0, 1, 2, 3], wan
     Only the `wanted` columns are kept: MNLI's parse-tree columns are most of its 400 MB.
     """
     with _open_text(path) as f:
-        rows = _delimited_rows(path, csv.reader(f, delimiter=delimiter, quoting=quoting))
+        # strict: a quote inside an unquoted text, or text after a closing quote, is an error, not a guess
+        rows = _delimited_rows(path, csv.reader(f, delimiter=delimiter, quoting=quoting, strict=True))
         header = list(names) if names is not None else next(rows, (0, []))[1]
+        for name in wanted:
+            if header.count(name) > 1:
+                where = [i + 1 for i, h in enumerate(header) if h == name]
+                raise DataError(f"{path}: line 1: the header names {name} twice (columns {where[0]} and {where[1]}); "
+                                "which one is meant cannot be told")
         present = [name for name in wanted if name in header]
         positions = [header.index(name) for name in present]
         needed = max(positions, default=-1) + 1
@@ -87,7 +93,12 @@ _EXTRA_FIELD_HINTS = {",": "a text holding a comma must be in double quotes", "\
 def _delimited_rows(path: Path, reader: Any) -> Iterator[tuple[int, list[str]]]:
     """(line number, fields) of every non-blank row; a malformed line becomes a DataError."""
     try:
+        last = 0  # the line the previous record ended on
         for row in reader:
+            if row and reader.line_num > last + 1:  # a quoted field held a line break
+                raise DataError(f"{path}: line {last + 1}: a quoted text runs on to line {reader.line_num} (a quote left open?); "
+                                "texts may not span lines: close the quote, or replace the line breaks inside texts with spaces")
+            last = reader.line_num
             if row:
                 yield reader.line_num, row
     except UnicodeDecodeError as e:

@@ -104,3 +104,20 @@ def test_a_csv_parse_error_names_the_line_it_happened_on(tmp_path):
     finally:
         csv.field_size_limit(limit)
     assert line.startswith(f"{train}: line 3: cannot be parsed (field larger than field limit")
+
+
+def test_a_column_named_twice_in_the_header_is_refused_not_read_from_its_first(tmp_path):
+    train = tmp_path / "train.csv"
+    train.write_text("verdict,question,answer,verdict\nyes,is it good?,yes,no\nno,is it bad?,no,yes\n")
+    assert refused(files_task(tmp_path, train)) == (
+        f"{train}: line 1: the header names verdict twice (columns 1 and 4); which one is meant cannot be told")
+
+
+def test_a_quote_that_runs_on_over_a_line_is_refused_not_merged_into_one_row(tmp_path):
+    # the quote opened on line 3 closes on line 4: one row of three fields, line 3's verdict and
+    # line 4's answer, and line 4's own verdict gone
+    train = tmp_path / "train.csv"
+    train.write_text('verdict,question,answer\nyes,is it good?,yes\nno,"is it bad?,no\nyes,is it fine",yes\n')
+    assert refused(files_task(tmp_path, train)) == (
+        f"{train}: line 3: a quoted text runs on to line 4 (a quote left open?); texts may not span lines: "
+        "close the quote, or replace the line breaks inside texts with spaces")
