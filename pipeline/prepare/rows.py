@@ -130,7 +130,16 @@ def _parse_score(value: Any) -> float:
         score = math.nan
     if not math.isfinite(score):
         raise ValueError(f"label {value!r} is not a number (the task is a regression task)")
+    if abs(score) > MAX_SCORE:
+        raise ValueError(f"label {value!r} is beyond ±{MAX_SCORE:.0e}: training's float32 squared error would overflow "
+                         "(float32 ends near 3.4e38); scale the scores")
     return score
+
+
+# The largest regression score taken: its square (the MSE loss, summed over a batch) stays far
+# inside float32, which ends near 3.4e38; beyond, a loss of inf at the first step looked like a
+# learning rate too high.
+MAX_SCORE = 1e15
 
 
 def make_split(texts: list[list[str]], labels: list[Any], regression: bool) -> datasets.Dataset:

@@ -52,6 +52,17 @@ def test_non_numeric_regression_label(tmp_path):
         load_raw(glue_cfg("stsb", tmp_path))
 
 
+@pytest.mark.parametrize("score", ["1e308", "-3e16"])
+def test_a_regression_score_the_float32_loss_cannot_hold_is_refused_at_its_line(tmp_path, score):
+    """1e308 becomes inf in the float32 dataset and the loss overflowed at step 1, blamed on the
+    learning rate; a square beyond float32 (|score| above 1e15) overflows the squared error."""
+    files = dict(GLUE_CASES["stsb"][0])
+    files["dev.tsv"] = files["dev.tsv"].replace("\t0.000", f"\t{score}")
+    write_glue_task(tmp_path, "stsb", files)
+    with pytest.raises(DataError, match=rf"STS-B/dev\.tsv: line 2: label '{score}' is beyond ±1e\+15"):
+        load_raw(glue_cfg("stsb", tmp_path))
+
+
 def test_an_empty_text_in_a_csv_names_file_line_and_column(tmp_path):
     train = tmp_path / "train.csv"
     train.write_text("question,answer,verdict\nis it good?,yes,yes\n,no,no\n")
