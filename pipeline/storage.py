@@ -254,12 +254,17 @@ def _copy(src_fs: pafs.FileSystem, src: str, dst_fs: pafs.FileSystem, dst: str) 
         pafs.copy_files(source, target, source_filesystem=src_fs, destination_filesystem=dst_fs)
 
 
+# URIs of these schemes name a bucket first. The spec's checks keep the same table
+# (`pipeline.config.OBJECT_STORE_SCHEMES`: neither layer imports the other; a test holds them equal).
+OBJECT_STORE_SCHEMES = frozenset({"s3", "gs", "gcs", "abfs", "abfss", "az"})
+
+
 def check_uri(uri: str) -> str | None:
     """What is wrong with a work location or storage URI, said before any work (None: nothing):
     a scheme no filesystem serves (`ftp://` failed only after the teacher, as a traceback), or an
     object store URI without a bucket (`s3://` tried to create a bucket '')."""
     parsed = urlparse(uri)
-    if parsed.scheme in ("s3", "gs", "gcs", "abfs", "az") and not parsed.netloc:
+    if parsed.scheme in OBJECT_STORE_SCHEMES and not parsed.netloc:
         return f"{uri} names no bucket; give {parsed.scheme}://<bucket>/<prefix>"
     try:
         _filesystem(uri)

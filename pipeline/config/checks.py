@@ -164,7 +164,7 @@ def reference_problems(spec: SweepSpec) -> list[str]:
 # The schemes pyarrow's `FileSystem.from_uri` opens, which Ray Train's storage uses (checked
 # offline: opening an S3 URI may ask the bucket's region over the network).
 RAY_STORAGE_SCHEMES = frozenset({"file", "s3", "gs", "gcs", "hdfs", "viewfs", "abfs", "abfss"})
-OBJECT_STORE_SCHEMES = frozenset({"s3", "gs", "gcs", "abfs", "abfss"})
+OBJECT_STORE_SCHEMES = frozenset({"s3", "gs", "gcs", "abfs", "abfss", "az"})  # a URI of these names a bucket first
 
 
 def teacher_config(teacher: TeacherConfig) -> tuple[dict[str, Any], str] | None:

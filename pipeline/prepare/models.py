@@ -106,14 +106,18 @@ def load_tokenizer(ref: str, revision: str | None = None) -> PreTrainedTokenizer
     # trust_remote_code=False, and the export would then carry a reference to code nobody
     # recorded (refused by the verifier after training): refused here, before any work
     try:
-        names_code = config.is_file() and "auto_map" in json.loads(config.read_text(encoding="utf-8"))
-    except (OSError, ValueError, TypeError):
+        names_code = config.is_file() and bool(json.loads(config.read_text(encoding="utf-8")).get("auto_map"))
+    except (OSError, ValueError, TypeError, AttributeError):
         names_code = False  # unreadable: transformers says so as it loads it
     if names_code:
         raise SpecError(f"teacher.model: {ref}'s tokenizer names custom code (auto_map in {config}), which drydock never runs; "
                         "use a tokenizer transformers ships")
-    return _no_custom_code(ref, "teacher.model", lambda: AutoTokenizer.from_pretrained(
+    tokenizer = _no_custom_code(ref, "teacher.model", lambda: AutoTokenizer.from_pretrained(
         resolved, revision=model_revision(ref, revision), trust_remote_code=False))
+    if getattr(tokenizer, "init_kwargs", {}).get("auto_map"):  # a hub tokenizer, read only now
+        raise SpecError(f"teacher.model: {ref}'s tokenizer names custom code (auto_map), which drydock never runs; "
+                        "use a tokenizer transformers ships")
+    return tokenizer
 
 
 def tokenizer_id(tokenizer: PreTrainedTokenizerBase) -> str:
@@ -161,10 +165,16 @@ def load_pretrained(cfg: TeacherConfig, task: TaskInfo, vocab_size: int) -> PreT
         return random_teacher(cfg, task, vocab_size)
     ref = resolve_model_ref(cfg.model)
     try:
-        return _no_custom_code(cfg.model, "teacher.model", lambda: AutoModelForSequenceClassification.from_pretrained(
+        model = _no_custom_code(cfg.model, "teacher.model", lambda: AutoModelForSequenceClassification.from_pretrained(
             ref, revision=teacher_revision(cfg), trust_remote_code=False, **_label_maps(task)))
     except OSError as e:
         raise SpecError(f"teacher.model: cannot load {cfg.model!r} ({e.__class__.__name__}: {str(e).splitlines()[0]})") from None
+    # transformers loads its own class for a known model_type under trust_remote_code=False, and
+    # the auto_map would travel into every export (refused at verification, after training)
+    if getattr(model.config, "auto_map", None):
+        raise SpecError(f"teacher.model: {cfg.model} names custom code (auto_map in its config.json), which drydock never runs; "
+                        "use a model whose architecture transformers ships (BERT, RoBERTa, ...)")
+    return model
 
 
 def pretrained_loader(cfg: TeacherConfig, task: TaskInfo, vocab_size: int) -> Callable[[], PreTrainedModel]:

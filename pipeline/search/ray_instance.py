@@ -119,7 +119,8 @@ def check_gpu_workers(spec: SweepSpec, log: Callable[[str], None] = print) -> li
             seen = ray.get(ref, timeout=GPU_PROBE_TIMEOUT_S)
         except ray.exceptions.GetTimeoutError:
             seen = _cancel_probe(ref, GPU_PROBE_TIMEOUT_S, log)
-            if seen is None:
+            if seen is None:  # a type of unknown capability: `resolve_bf16` will not decide `on` over it
+                answers.append({"available": None, "accelerator_type": kind or "a GPU", "capability": None})
                 continue
         if not seen["available"]:
             raise DrydockError(
@@ -147,9 +148,10 @@ def resolve_bf16(spec: SweepSpec, seen: list[dict[str, Any]], saved: str | None,
 
     if saved in ("on", "off"):
         decision, why = saved, "as this run started"
-    elif not seen:
-        decision, why = "off", ("no GPU of the cluster answered the probe, so its type is unknown; "
-                                "set train.bf16: on to train in bf16 on GPUs that have it")
+    elif not seen or any(s["capability"] is None for s in seen):
+        silent = sorted({s["accelerator_type"] for s in seen if s["capability"] is None})
+        decision, why = "off", (f"no GPU{' of type ' + ', '.join(silent) if silent else ' of the cluster'} answered the probe, "
+                                "so whether it has bf16 is unknown; set train.bf16: on to train in bf16 on GPUs that have it")
     else:
         kinds = {(s["accelerator_type"], tuple(s["capability"])) for s in seen}
         named = ", ".join(f"{name} {c[0]}.{c[1]}" for name, c in sorted(kinds))

@@ -29,7 +29,7 @@ from typing import Any
 import mlflow
 
 from pipeline import results as results_table
-from pipeline.config import SweepSpec, spec_to_dict
+from pipeline.config import RAY_STORAGE_SCHEMES, SweepSpec, spec_to_dict
 from pipeline.errors import DrydockError
 from pipeline.prepare.revisions import pin_revisions
 from pipeline.storage import WorkStore
@@ -185,6 +185,11 @@ def run_storage(spec: SweepSpec, paths: SweepPaths, store: WorkStore | None = No
         root = spec.resources.storage_path.rstrip("/")
         return RunStorage(root, f"{spec.name}-{paths.run_id}-tune", f"{root}/{spec.name}-{paths.run_id}-train")
     if store is not None and store.is_remote:  # Ray reads and writes the URI itself
+        scheme = str(store.remote).partition("://")[0]
+        if scheme not in RAY_STORAGE_SCHEMES:  # fsspec opens more than Ray's pyarrow-based storage does
+            raise DrydockError(f"--workdir: Ray keeps its checkpoints and Tune state in the work location, and its storage "
+                               f"opens {', '.join(s + '://' for s in sorted(RAY_STORAGE_SCHEMES))} only, not {scheme}://; "
+                               "set resources.storage_path to a folder or a URI it opens")
         root = store.uri(f"{spec.name}/{RUNS_DIR}/{paths.run_id}")
         return RunStorage(root, TUNE_DIR, f"{root}/{TRAIN_DIR}")
     return RunStorage(str(paths.run_dir), TUNE_DIR, str(paths.run_dir / TRAIN_DIR))

@@ -27,6 +27,7 @@ import json
 import math
 import os
 import shutil
+import signal
 import tempfile
 import threading
 from collections.abc import Callable, Iterator
@@ -152,7 +153,7 @@ def run_train(
             ),
         )
         try:
-            with start_timeout(resources.start_timeout_s()):
+            with start_timeout(resources.start_timeout_s()), sigint_kept():
                 trainer.fit()
         except Exception as e:
             if not _timed_out_starting_workers(e):
@@ -287,3 +288,18 @@ def relayed_reports(report: Callable[[dict[str, Any]], None]) -> Iterator[Report
         thread.join()
         shutil.rmtree(relay_dir, ignore_errors=True)
 
+
+@contextmanager
+def sigint_kept() -> Iterator[None]:
+    """Train v2's `fit()` on the main thread (the teacher fine-tuned on the workers) installs a
+    SIGINT handler that aborts its controller and never removes it (`_register_sigint_handler`,
+    ray/train/v2/api/data_parallel_trainer.py, Ray 2.60): a later Ctrl-C, in the search or the
+    select stage, went to a finished controller and was swallowed, the third one exiting 0."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.getsignal(signal.SIGINT)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)

@@ -149,7 +149,15 @@ def reference_logits(model: nn.Module, batch: dict[str, torch.Tensor]) -> torch.
     bf16 weights differ from that by more than `VERIFY_ATOL` while the export is faithful."""
     first = next(model.parameters())
     if first.device.type != "cpu" or any(p.is_floating_point() and p.dtype != torch.float32 for p in model.parameters()):
-        model = copy.deepcopy(model).to(device="cpu", dtype=torch.float32)
+        # moved, then copied on the CPU, then put back: a copy made on the GPU would need the
+        # model's memory twice there at the end of training
+        device = first.device
+        model.to("cpu")
+        try:
+            copied = copy.deepcopy(model)
+        finally:
+            model.to(device)
+        model = copied.to(dtype=torch.float32)
     was_training = model.training
     model.eval()
     out = logits_of(model(**batch)).float()

@@ -138,3 +138,10 @@ def test_a_work_directory_that_exists_but_takes_no_files_is_refused_before_any_w
 
     with pytest.raises(DrydockError, match=r"^--workdir: cannot write to /proc: "):
         WorkStore.open("/proc").check_writable()
+
+
+def test_the_storage_and_the_spec_checks_agree_on_which_uris_name_a_bucket():
+    from pipeline import config, storage
+
+    assert storage.OBJECT_STORE_SCHEMES == config.OBJECT_STORE_SCHEMES
+    assert config.OBJECT_STORE_SCHEMES - {"az"} <= config.RAY_STORAGE_SCHEMES  # az:// is fsspec's alone

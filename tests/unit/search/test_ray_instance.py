@@ -51,6 +51,11 @@ def test_bf16_auto_is_decided_once_for_every_trial_from_every_gpu_type_of_the_cl
     lines.clear()
     spec = resolve_bf16(_spec(), [], None, lines.append)  # no GPU answered (none free, an autoscaling cluster)
     assert spec.train.bf16 == "off" and "no GPU of the cluster answered" in lines[0] and "train.bf16: on" in lines[0]
+    lines.clear()
+    # the V100s' probe timed out: the A100s alone must not decide for them
+    silent = [*_seen(("A100", (8, 0))), {"available": None, "accelerator_type": "V100", "capability": None}]
+    spec = resolve_bf16(_spec(), silent, None, lines.append)
+    assert spec.train.bf16 == "off" and lines[0].startswith("train.bf16: auto → off (no GPU of type V100 answered the probe")
 
 
 def test_bf16_is_left_as_set_on_cpu_workers_and_when_given_and_a_resumed_run_keeps_its_decision():
