@@ -28,17 +28,19 @@ Light on purpose: the per-trial driver imports it (pyarrow.fs is already loaded 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, cast
 from urllib.parse import urlparse
 
 import pyarrow.fs as pafs
 
 from pipeline.errors import DrydockError
-from pipeline.workdir import atomic_folder, atomic_path
+from pipeline.workdir import atomic_folder, atomic_path, atomic_write
 
 CACHE_ENV = "DRYDOCK_CACHE_DIR"
 # Written last into every folder pushed: an object store shows a folder's first files while the
@@ -172,6 +174,9 @@ class WorkStore:
         if local.exists() and not fresh:
             return local
         fs, base = _filesystem(self.remote)
+        info = fs.get_file_info(f"{base}/{key}")
+        if info.type == pafs.FileType.File and local.is_file() and self._pushed_stamp(key) == _stamp(info):
+            return local  # the store holds what this node last pushed: this node's copy is as new or newer
         kind = _kind(fs, base, key)
         if kind == pafs.FileType.NotFound:  # absent, or a folder still being pushed
             if fresh and local.is_file():
@@ -199,9 +204,20 @@ class WorkStore:
         if local.is_dir():  # a pushed-again folder is incomplete until its new marker lands
             _delete_marker(fs, f"{base}/{key}")
         _copy(pafs.LocalFileSystem(), str(local), fs, f"{base}/{key}")
+        if local.is_file():
+            stamp = self.local / PUSHED_DIR / f"{key}.json"
+            stamp.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write(stamp, json.dumps(_stamp(fs.get_file_info(f"{base}/{key}"))))
         if local.is_dir():
             with fs.open_output_stream(f"{base}/{key}/{COMPLETE}") as out:
                 out.write(b"complete")
+
+    def _pushed_stamp(self, key: str) -> dict[str, Any] | None:
+        """The store's size and time of `key` just after this node last pushed it."""
+        try:
+            return cast(dict[str, Any], json.loads((self.local / PUSHED_DIR / f"{key}.json").read_text()))
+        except (OSError, ValueError):
+            return None
 
     def push_last(self, key: str, last: str) -> None:
         """Push folder `key`, its `last` child after every other one: a reader that waits for
@@ -257,6 +273,16 @@ def _copy(src_fs: pafs.FileSystem, src: str, dst_fs: pafs.FileSystem, dst: str) 
 # URIs of these schemes name a bucket first. The spec's checks keep the same table
 # (`pipeline.config.OBJECT_STORE_SCHEMES`: neither layer imports the other; a test holds them equal).
 OBJECT_STORE_SCHEMES = frozenset({"s3", "gs", "gcs", "abfs", "abfss", "az"})
+
+
+# Beside a node's mirror: what the store held of each file just after this node pushed it. A
+# file of the store that still matches was not pushed since by another node, so this node's
+# copy (perhaps written after that push by a driver killed before the next) is the newer one.
+PUSHED_DIR = ".drydock-pushed"
+
+
+def _stamp(info: pafs.FileInfo) -> dict[str, Any]:
+    return {"size": info.size, "mtime_ns": info.mtime_ns}
 
 
 def check_uri(uri: str) -> str | None:

@@ -19,6 +19,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 from typing import Any, cast
 
@@ -100,6 +101,14 @@ def pending_rows(table: Path, run_exists: Callable[[str], bool] | None = None) -
     return cast(list[dict[str, Any]], frame[frame["status"].isin(DONE) & missing].to_dict("records"))
 
 
+def run_exists(tracker: SweepTracker, run_id: str) -> bool:
+    try:
+        tracker.client.get_run(run_id)
+    except mlflow.exceptions.MlflowException:
+        return False
+    return True
+
+
 def row_record(row: dict[str, Any]) -> tuple[str, dict[str, Any], str, dict[str, Any]]:
     """What a trial's MLflow run is written from, read back from its row: its key, run parameters,
     status and outcome (the reports a failing store missed while the trial ran are not in it)."""
@@ -141,7 +150,10 @@ def record_pending(tracker: SweepTracker, table: Path, store: WorkStore | None =
     (the next run of a sweep does this for the previous one); returns how many. The first failure
     is raised: the rows left keep waiting for the next time."""
     written = 0
-    for row in pending_rows(table):
+    # the sweep's own SQLite store in a remote location reaches it on a schedule (`PushSchedule`):
+    # after a killed driver, rows may name runs the fetched copy lacks
+    scheduled = store is not None and store.is_remote and str(tracker.uri).startswith("sqlite:")
+    for row in pending_rows(table, partial(run_exists, tracker) if scheduled else None):
         key, run_params, status, outcome = row_record(row)
         set_run_id(table, key, write_trial_run(tracker, key, run_params, status, outcome, _local(store, outcome.get("student_path"))))
         written += 1
@@ -340,7 +352,7 @@ class SweepRecorder(tune.Callback):
         refused it to an earlier driver), unless this recorder set out to already."""
         # the sweep's own mlflow.db reaches the work location on a schedule (`PushSchedule`): a
         # resumed run's copy may lack runs its table names
-        exists = self._run_exists if self.tracking_file else None
+        exists = partial(run_exists, self.tracker) if self.tracking_file else None
         try:
             rows = pending_rows(self.paths.results, exists)
         except Exception as e:  # an unreadable table is for the stages that need it to say
@@ -350,13 +362,6 @@ class SweepRecorder(tune.Callback):
             key, run_params, status, outcome = row_record(row)
             if key not in self.submitted:
                 self._track_end(key, run_params, status, outcome)
-
-    def _run_exists(self, run_id: str) -> bool:
-        try:
-            self.tracker.client.get_run(run_id)
-        except mlflow.exceptions.MlflowException:
-            return False
-        return True
 
     # ------------------------------------------------------------------------------------------
     # on the table thread and the tracking thread

@@ -145,3 +145,29 @@ def test_the_storage_and_the_spec_checks_agree_on_which_uris_name_a_bucket():
 
     assert storage.OBJECT_STORE_SCHEMES == config.OBJECT_STORE_SCHEMES
     assert config.OBJECT_STORE_SCHEMES - {"az"} <= config.RAY_STORAGE_SCHEMES  # az:// is fsspec's alone
+
+
+def test_a_fresh_fetch_keeps_what_this_node_wrote_since_its_last_push_unless_another_wrote_the_store(tmp_path, monkeypatch):
+    """mlflow.db and the results table reach the store on a schedule (`PushSchedule`): a driver
+    killed between two pushes leaves its node's copy ahead of the store's, and the resumed run on
+    the same node fetched the older one over it (losing runs' metric histories). The store's copy
+    wins only when another node pushed after this one."""
+    import os
+
+    root = tmp_path / "bucket"
+    monkeypatch.setenv("DRYDOCK_CACHE_DIR", str(tmp_path / "node-a"))
+    a = WorkStore.open(root.as_uri())
+    a.check_writable()
+    a.path("mlflow.db").write_bytes(b"runs 1-5")
+    a.push("mlflow.db")
+    a.path("mlflow.db").write_bytes(b"runs 1-6")  # written after the last push, then the driver died
+    assert a.fetch("mlflow.db", fresh=True).read_bytes() == b"runs 1-6"
+
+    monkeypatch.setenv("DRYDOCK_CACHE_DIR", str(tmp_path / "node-b"))
+    b = WorkStore.open(root.as_uri())
+    assert b.fetch("mlflow.db", fresh=True).read_bytes() == b"runs 1-5"  # node B has only the store's
+    b.path("mlflow.db").write_bytes(b"runs 1-5, 9")
+    b.push("mlflow.db")  # node B resumed and pushed since
+    stamp = (root / "mlflow.db").stat().st_mtime_ns
+    os.utime(root / "mlflow.db", ns=(stamp + 10**9, stamp + 10**9))  # a later second than A's push, however fast this ran
+    assert a.fetch("mlflow.db", fresh=True).read_bytes() == b"runs 1-5, 9"
