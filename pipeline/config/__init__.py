@@ -26,6 +26,7 @@ from pipeline.config.checks import (
     distinct_configurations,
     load_deepspeed_preset,
     package_folder,
+    pickle_only,
     search_problems,
     teacher_config,
     teacher_problems,
@@ -112,7 +113,7 @@ __all__ = [
     "NonNegInt", "Number", "ParamSpace", "PlainName", "PositiveFloat", "PositiveInt", "RandInt", "ResourcesConfig", "RuntimeName",
     "Sampled", "SearchConfig", "Seed", "SelectionConfig", "Shape", "SplitName", "StudentConfig", "SweepSpec", "SyntheticSource",
     "TaskConfig", "TeacherConfig", "TokenizerConfig", "TrackingConfig", "TrainConfig", "Uniform", "apply_overrides", "as_domain",
-    "check_for_sweep", "package_folder", "OBJECT_STORE_SCHEMES", "RAY_STORAGE_SCHEMES", "default_params", "did_you_mean", "domain_candidates", "domain_draw", "error_lines", "format_error", "is_domain",
+    "check_for_sweep", "package_folder", "pickle_only", "OBJECT_STORE_SCHEMES", "RAY_STORAGE_SCHEMES", "default_params", "did_you_mean", "domain_candidates", "domain_draw", "error_lines", "format_error", "is_domain",
     "load_deepspeed_preset", "load_spec", "method_spaces", "param_error", "param_space_model", "parse_override", "spec_from_dict",
     "space_from_state", "spec_to_dict", "teacher_config", "teacher_problems", "trial_count", "distinct_configurations", "search_problems", "trial_count_problems", "validate_methods",
 ]

@@ -220,6 +220,21 @@ def custom_code_problems(config: dict[str, Any], source: Path) -> list[str]:
             for path, auto_map in found if auto_map]
 
 
+PICKLE_WEIGHTS = ("pytorch_model.bin", "pytorch_model.bin.index.json", "model.pt", "model.pth")
+
+
+def pickle_only(folder: Path, field: str) -> str | None:
+    """The problem with a model folder that holds its weights as a pickle and no safetensors
+    (None when it has safetensors, or no weights drydock can name)."""
+    if not folder.is_dir() or any(folder.glob("*.safetensors")) or any(folder.glob("*.safetensors.index.json")):
+        return None
+    found = [name for name in PICKLE_WEIGHTS if (folder / name).is_file()]
+    if not found:
+        return None
+    return (f"{field}: {folder} holds its weights as a pickle ({found[0]}) and no safetensors; drydock loads safetensors only "
+            "(loading a pickle can run code): load it once with transformers and save_pretrained it, which writes model.safetensors")
+
+
 def teacher_problems(spec: SweepSpec) -> list[str]:
     """What the teacher's own config rules out (`drydock validate` checks it): sequences longer
     than its position table, students deeper than it, heads that do not divide a width. Each
@@ -230,6 +245,10 @@ def teacher_problems(spec: SweepSpec) -> list[str]:
         return []
     config, source = found
     problems: list[str] = custom_code_problems(config, Path(source))
+    t = spec.teacher
+    if t.finetuned or t.model.startswith("pkg:") or Path(os.path.expanduser(t.model)).is_dir():  # not the hub cache's partial copy
+        problem = pickle_only(Path(source).parent, "teacher.finetuned" if t.finetuned else "teacher.model")
+        problems += [problem] if problem else []
     ints = {k: v for k, v in config.items() if isinstance(v, int) and not isinstance(v, bool)}
     positions = ints.get("max_position_embeddings")
     if positions is not None and config.get("model_type") in _OFFSET_POSITIONS:

@@ -31,7 +31,7 @@ from transformers import (
 from transformers.utils import logging as hf_logging
 
 from methods.base import TaskInfo
-from pipeline.config import TeacherConfig, package_folder
+from pipeline.config import TeacherConfig, package_folder, pickle_only
 from pipeline.errors import SpecError
 from pipeline.prepare.hub import resolve_revision
 
@@ -164,6 +164,9 @@ def load_pretrained(cfg: TeacherConfig, task: TaskInfo, vocab_size: int) -> PreT
     if cfg.model == "random":
         return random_teacher(cfg, task, vocab_size)
     ref = resolve_model_ref(cfg.model)
+    problem = pickle_only(Path(ref), "teacher.model")
+    if problem:
+        raise SpecError(problem)
     try:
         model = _no_custom_code(cfg.model, "teacher.model", lambda: AutoModelForSequenceClassification.from_pretrained(
             ref, revision=teacher_revision(cfg), trust_remote_code=False, **_label_maps(task)))
@@ -186,6 +189,9 @@ def load_finetuned(path: str | Path) -> PreTrainedModel:
     path = Path(path)
     if not (path / "config.json").is_file():
         raise SpecError(f"teacher.finetuned: {path} has no config.json (not a saved model folder)")
+    problem = pickle_only(path, "teacher.finetuned")
+    if problem:
+        raise SpecError(problem)
     model = _no_custom_code(str(path), "teacher.finetuned", lambda: AutoModelForSequenceClassification.from_pretrained(
         str(path), trust_remote_code=False))
     model.eval()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from pipeline.errors import SpecError
@@ -76,3 +78,27 @@ def test_a_teacher_that_ships_its_own_code_is_refused_before_any_work_and_its_co
         else:
             load_tokenizer(str(folder))
     assert not mark.exists()
+
+
+def test_a_teacher_folder_with_pickle_weights_only_is_refused_in_one_line(tmp_path):
+    """A `pytorch_model.bin` is a pickle, which loading may run code from; transformers 5 refuses
+    it with a traceback after the data stage. validate and the loader say so in one line."""
+    import torch
+
+    from methods.base import TaskInfo
+    from pipeline.config import spec_from_dict
+    from pipeline.config.checks import teacher_problems
+    from pipeline.prepare.models import load_pretrained
+    from tests.conftest import make_tiny_bert
+
+    folder = tmp_path / "teacher"
+    model = make_tiny_bert()
+    model.save_pretrained(folder)
+    (folder / "model.safetensors").unlink()
+    torch.save(model.state_dict(), folder / "pytorch_model.bin")
+    spec = spec_from_dict({"name": "t", "task": {"name": "synthetic", "source": "synthetic"}, "teacher": {"model": str(folder)}})
+    expected = f"teacher.model: {folder} holds its weights as a pickle (pytorch_model.bin) and no safetensors"
+    (problem,) = [p for p in teacher_problems(spec) if "pickle" in p]
+    assert problem.startswith(expected), problem
+    with pytest.raises(SpecError, match=r"^" + re.escape(expected)):
+        load_pretrained(spec.teacher, TaskInfo("t", 2, False), 100)
