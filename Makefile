@@ -41,8 +41,8 @@ demo: setup
 	$(DEMO_ENV) $(BIN)/python -m pipeline.cli.demo $(DEMO_ARGS)
 
 lint: setup
-	$(BIN)/ruff check pipeline methods tests benchmarks
-	$(BIN)/mypy  # pipeline/ and methods/, configured in pyproject.toml [tool.mypy]
+	$(BIN)/ruff check drydock pipeline methods tests benchmarks examples
+	$(BIN)/mypy  # drydock/, pipeline/ and methods/, configured in pyproject.toml [tool.mypy]
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache

@@ -1,15 +1,23 @@
-"""Errors that mean "the user gave us something wrong", as opposed to bugs.
+"""The errors drydock raises for what is not a bug, each with the exit code the CLI maps it to.
 
-The CLI prints a `DrydockError` as one clear line per problem and exits 2, with no traceback;
-anything else is a bug and keeps its traceback. Raising one of these must happen before any
-expensive work starts (tokenizing, training), so a typo costs seconds, not an hour.
+The CLI prints a `DrydockError` as one clear line per problem and exits with its `exit_code`
+(2 unless the class says otherwise), with no traceback; anything else is a bug and keeps its
+traceback. Raising one of these must happen before any expensive work starts (tokenizing,
+training), so a typo costs seconds, not an hour. The Python API (`drydock`) raises the same
+classes, so a notebook, an Airflow task and the CLI tell the same cases apart.
+
+This module imports nothing: the classes are importable without torch, Ray or MLflow.
 """
 
 from __future__ import annotations
 
+EXIT_FAILED, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_INTERRUPTED = 1, 2, 3, 130
+
 
 class DrydockError(Exception):
     """A user mistake: bad spec, missing file or column, unknown label, empty split."""
+
+    exit_code = EXIT_USAGE
 
     def __init__(self, problems: str | list[str]):
         self.problems = [problems] if isinstance(problems, str) else list(problems)
@@ -22,3 +30,28 @@ class SpecError(DrydockError):
 
 class DataError(DrydockError):
     """The task's data cannot be used: a missing file or column, a bad label, an empty split."""
+
+
+class SweepLocked(DrydockError):
+    """Another run of the same spec and work directory holds its lock (`pipeline.lock`); nothing
+    was started. Not a mistake to fix but a run to wait for: exit 1, as a failed run, so that a
+    scheduler retries later. `holder` is the line the holder wrote (what, pid, host, since when)."""
+
+    exit_code = EXIT_FAILED
+
+    def __init__(self, message: str, holder: str = ""):
+        super().__init__(message)
+        self.holder = holder
+
+
+class TrackingUnreachable(DrydockError):
+    """The tracking server does not answer. Not the user's mistake: exit 3, not 2, and nothing
+    has started."""
+
+    exit_code = EXIT_UNREACHABLE
+
+
+class SweepInterrupted(DrydockError):
+    """The search stopped on SIGINT or SIGTERM; the run is saved and `--resume` continues it."""
+
+    exit_code = EXIT_INTERRUPTED

@@ -25,8 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.config import SweepSpec
-from pipeline.errors import DrydockError
-from pipeline.lock import Locked, spec_lock
+from pipeline.lock import spec_lock
 from pipeline.workdir import RETRAIN_FILE, atomic_write, fingerprint_settings
 
 
@@ -123,18 +122,3 @@ def summary_line(outcome: str, details: dict[str, Any], spec: SweepSpec) -> str:
         f"drydock retrain {spec.name}: retrained ({', '.join(details['changed'])} changed); "
         f"{details['finished']}/{details['trials']} trials finished; champion {details.get('champion') or 'none'}"
     )
-
-
-def run_cli(spec: SweepSpec, workdir: str | Path, address: str | None, log: Callable[[str], None] = print) -> int:
-    try:
-        outcome, details = retrain(spec, workdir, address=address, log=log)
-    except DrydockError:
-        raise  # exit 2, printed by the CLI
-    except Locked as e:
-        print(f"drydock retrain {spec.name}: skipped: {e}")
-        return 1
-    except Exception as e:
-        print(f"drydock retrain {spec.name}: failed: {type(e).__name__}: {e}")
-        return 1
-    print(summary_line(outcome, details, spec))
-    return 0

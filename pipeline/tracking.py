@@ -14,7 +14,6 @@ A tracking server that does not answer is named at the first call, within second
 from __future__ import annotations
 
 import copy
-import logging
 import os
 import re
 import time
@@ -29,11 +28,10 @@ from mlflow.exceptions import MlflowException
 
 from pipeline.config import SweepSpec
 from pipeline.errors import DrydockError
+from pipeline.errors import TrackingUnreachable as TrackingUnreachable
 from pipeline.results import flatten
 from pipeline.workdir import ARTIFACTS_DIR
 from pipeline.workdir import TRACKING_DB as TRACKING_DB
-
-logging.getLogger("mlflow").setLevel(logging.WARNING)  # no schema-migration chatter
 
 TRIAL_TAG = "drydock.trial_id"
 SWEEP_TAG = "drydock.sweep"
@@ -41,13 +39,6 @@ PARENT_TAG = "mlflow.parentRunId"
 MAX_BATCH = 900  # MLflow's log_batch limit is 1000 metrics
 PROBE_TIMEOUT_S = 10  # the first call to a tracking server: no answer within this is "unreachable"
 GATEWAY_DOWN = (502, 503, 504)  # a proxy answering for a tracking server that is not there
-
-
-class TrackingUnreachable(DrydockError):
-    """The tracking server does not answer. Not the user's mistake: `drydock` exits 3, not 2
-    (pipeline/cli/main.py), and nothing has started."""
-
-    exit_code = 3
 
 
 def check_reachable(uri: str, source: str, timeout: float = PROBE_TIMEOUT_S) -> None:

@@ -24,7 +24,7 @@ import logging
 import os
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -104,7 +104,7 @@ class Watchdog:
 def configured(verbosity: int = NORMAL, *, watch: bool = False) -> Iterator[StdoutLines]:
     """The command's logging while it runs (`watch`: with the watchdog). Everything is put back
     afterwards, so drydock used as a library in the same process (a test) finds no leftovers."""
-    saved = _Saved.now()
+    saved = SavedLogging.now()
     drydock = logging.getLogger(LOGGER)
     handler = StdoutLines()
     drydock.addHandler(handler)
@@ -142,17 +142,47 @@ def _library_levels(verbosity: int) -> None:
         os.environ.setdefault(RAY_LOGS_VARIABLE, "1")
 
 
+@contextmanager
+def library(show: bool | None = None) -> Iterator[Callable[[str], None]]:
+    """The Python API's logging while one call runs (`drydock.sweep(...)` in a notebook, a script,
+    an Airflow task); yields the `log` callable to hand the stages. Their lines go to the LOGGER
+    logger: where nothing in the process configured logging (no handler on the root logger or on
+    LOGGER: a notebook, a plain script) they are shown as the command shows them, on stdout;
+    otherwise they reach the caller's handlers at the caller's levels, untouched. `show` decides
+    it instead. MLflow's and Ray's INFO lines are quieted as under the command, and every logger
+    and variable touched, those of the libraries the call imports included, is put back after it."""
+    saved = SavedLogging.now()
+    drydock = logging.getLogger(LOGGER)
+    if show is None:
+        show = not (logging.getLogger().handlers or drydock.handlers)
+    if show:
+        drydock.addHandler(StdoutLines())
+        drydock.setLevel(logging.INFO)
+        drydock.propagate = False
+    _library_levels(NORMAL)
+    try:
+        yield log_line
+    finally:
+        saved.restore()
+
+
+# Loggers a call of drydock sets the level of, itself or through a library it imports: drydock's
+# own, MLflow's (`_library_levels`), Ray's (`pipeline.search.ray_instance`), transformers'
+# (`pipeline.prepare.models`), Optuna's (`pipeline.search.study`), and the root logger.
+SAVED_LOGGERS = (LOGGER, *MODULE_LOGGERS, "mlflow", "ray", "transformers", "optuna", "")
+
+
 @dataclass
-class _Saved:
-    """The loggers and variables `configured` changes, as they were."""
+class SavedLogging:
+    """The loggers and variables a command or an API call changes, as they were."""
 
     loggers: dict[str, tuple[int, list[logging.Handler], bool]]
     env: dict[str, str | None]
 
     @classmethod
-    def now(cls) -> _Saved:
+    def now(cls) -> SavedLogging:
         loggers = {}
-        for name in (LOGGER, *MODULE_LOGGERS, "mlflow"):
+        for name in SAVED_LOGGERS:
             lg = logging.getLogger(name)
             loggers[name] = (lg.level, list(lg.handlers), lg.propagate)
         return cls(loggers, {key: os.environ.get(key) for key in (MLFLOW_LEVEL_VARIABLE, RAY_LOGS_VARIABLE)})

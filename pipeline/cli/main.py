@@ -11,7 +11,11 @@
     drydock eval MODEL SPEC [--split dev|test]      score a student folder or models:/NAME@champion
     drydock --version                               the installed distribution's version
 
-Exit codes: 0 success; 1 the run itself failed; 2 a user mistake (bad spec, missing data, unknown
+Each command calls one function of drydock's Python API (the `drydock` package) and prints what it
+returns; a `DrydockError` it raises is printed as `error: …` lines and exits with its `exit_code`.
+
+Exit codes: 0 success; 1 the run itself failed, or another run of the spec holds its lock
+(`drydock.SweepLocked`); 130 interrupted (`--resume` continues); 2 a user mistake (bad spec, missing data, unknown
 label, an --output folder that is not empty), one line per problem and no traceback; 3 the MLflow
 tracking server is unreachable (no answer, a refused connection, a gateway's 502/503/504 at the
 first call: said within seconds, before any work; `pipeline.tracking.TrackingUnreachable`).
@@ -21,15 +25,17 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import sys
-from contextlib import ExitStack
 from pathlib import Path
 
+from drydock.api import prepare_output as prepare_output
 from pipeline.cli import logs, outputs
+from pipeline.errors import EXIT_FAILED as EXIT_FAILED
+from pipeline.errors import EXIT_UNREACHABLE as EXIT_UNREACHABLE
+from pipeline.errors import EXIT_USAGE as EXIT_USAGE
 from pipeline.errors import DrydockError
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3  # 3: a DrydockError's `exit_code` (TrackingUnreachable)
+EXIT_OK = 0
 DISTRIBUTION = "drydock"  # pyproject.toml's [project] name: what `--version` reports
 
 
@@ -81,7 +87,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workdir", type=Path, default=None, help="cache folder (default: runs/ in the current directory)")
     p.add_argument("--seed", type=int, default=None, help="default: the spec's first seed")
 
-    p = sub.add_parser("sweep", help="prepare → teacher → search on Ray; prints the trial table")
+    p = sub.add_parser("sweep", help="prepare → teacher → search on Ray → select: measures the students' latency, "
+                       "reports the Pareto front and registers it in MLflow with a champion alias; prints the trials and the front",
+                       description="The whole job: tokenize the task's data (cached), fine-tune the teacher (cached), search "
+                       "the spec's methods on Ray (one Ray Train run per trial, each tracked in MLflow), then select: export "
+                       "every finished student, measure its latency in the spec's runtimes, report the accuracy/latency "
+                       "Pareto front (report.md/html, pareto.png) and register the front in the MLflow model registry, "
+                       "moving the `champion` alias only on improvement.")
     _add_spec_args(p)
     p.add_argument("--workdir", default="runs", help="work directory: a folder, or a URI every node reaches "
                    "(s3://bucket/prefix, gs://…, file:///…; no shared filesystem needed) (default: runs/)")
@@ -99,129 +111,79 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def cmd_retrain(args: argparse.Namespace) -> int:
-    from pipeline.config import load_spec
-    from pipeline.retrain import run_cli
+    """Exit codes a scheduler acts on (`pipeline.retrain`): 0 done or nothing to do, 2 a mistake to
+    fix, 1 failed or skipped (another run holds the spec's lock); one summary line on stdout."""
+    import drydock
 
-    return run_cli(load_spec(args.spec, args.overrides), args.workdir, args.address, log=logs.log_line)
+    spec = drydock.load_spec(args.spec, args.overrides)
+    try:
+        print(drydock.retrain(spec, args.workdir, address=args.address).summary)
+    except drydock.SweepLocked as e:
+        print(e)
+        return EXIT_FAILED
+    except DrydockError:
+        raise  # exit 2, printed by main
+    except Exception as e:
+        print(f"drydock retrain {spec.name}: failed: {type(e).__name__}: {e}")
+        return EXIT_FAILED
+    return EXIT_OK
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    """The sweep under the spec's lock, the one `drydock retrain` takes (`pipeline.lock`): a run
-    of the same spec and work directory already going makes this one refuse at once, exit 1,
-    naming it; the hub commits are resolved once here, inside the lock, for the whole sweep."""
-    from pipeline.config import load_spec
-    from pipeline.lock import Locked, spec_lock
+    """`drydock.sweep` (the spec's lock, the hub commits resolved once inside it, the stages),
+    then the trial table, the front and where everything is."""
+    import drydock
     from pipeline.storage import WorkStore
 
-    spec = load_spec(args.spec, args.overrides)
-    with ExitStack() as held:
-        try:  # in <workdir>/<name>/ (for a URI, this node's folder for it: the lock is this host's)
-            held.enter_context(spec_lock(WorkStore.open(args.workdir).path(spec.name), f"drydock sweep {spec.name}"))
-        except Locked as e:
-            print(f"error: drydock sweep {spec.name}: {e}; it was not started (wait for that run to end)", file=sys.stderr)
-            return EXIT_FAILED
-        from pipeline.prepare.revisions import pin_revisions  # after the lock: a refusal costs no Ray import
-        from pipeline.sweep import run_sweep
+    spec = drydock.load_spec(args.spec, args.overrides)
+    result = drydock.sweep(spec, args.workdir, resume=args.resume, address=args.address)
+    from pipeline.cli.tables import summary_table
 
-        frame = run_sweep(pin_revisions(spec), args.workdir, resume=args.resume, address=args.address, log=logs.log_line)
-    from pipeline.cli.tables import pareto_table_text, summary_table  # the tables import select: after the lock too
-
-    print(summary_table(frame))
-    print(pareto_table_text(frame, spec.selection))
-    print(outputs.where_to_look(spec, WorkStore.open(args.workdir)))
-    failed = int((frame["status"] == "failed").sum()) if len(frame) else 0
-    if failed:
-        print(f"{failed} trial(s) failed; see the error column", file=sys.stderr)
-    return EXIT_OK if len(frame) and failed < len(frame) else EXIT_FAILED
+    print(summary_table(result.results))
+    print(result.front_table)
+    print(outputs.where_to_look(spec, WorkStore.open(args.workdir), champion=lambda uri, name: result.champion_version))
+    if result.failed:
+        print(f"{result.failed} trial(s) failed; see the error column", file=sys.stderr)
+    return EXIT_OK if len(result.results) and result.failed < len(result.results) else EXIT_FAILED
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from pipeline.config import check_for_sweep, load_deepspeed_preset, load_spec
+    """`drydock.validate`: one line (scripts read it: benchmarks/gpu_smoke.sh); `plan` adds the table."""
+    import drydock
 
-    spec = load_spec(args.spec, args.overrides)
-    problems: list[str] = []
-    # a file the spec names that only this machine can check (a sweep reads it too); a method to
-    # run; the teacher's own config, where it is here without the network
-    for check in (load_deepspeed_preset, check_for_sweep):
-        try:
-            check(spec)
-        except DrydockError as e:
-            problems += e.problems
-    if problems:
-        raise DrydockError(problems)
-    from pipeline.cli.plan import format_plan, plan_summary, plan_sweep
-
-    plan = plan_sweep(spec)  # before "valid": a draw a method refuses is a problem too
-    # validate keeps to one line (scripts read it: benchmarks/gpu_smoke.sh); plan adds the table
-    print(f"{args.spec}: valid (sweep {spec.name!r}, task {spec.task.name}, methods: {', '.join(spec.methods)}; {plan_summary(plan)})")
+    spec = drydock.load_spec(args.spec, args.overrides)
+    plan = drydock.validate(spec)
+    print(f"{args.spec}: valid (sweep {spec.name!r}, task {spec.task.name}, methods: {', '.join(spec.methods)}; {plan.summary})")
     if args.command == "plan":
-        print(format_plan(plan))
+        print(plan)
     return EXIT_OK
 
 
 def cmd_methods(args: argparse.Namespace) -> int:
-    from methods import get_method, registered_methods
+    import drydock
 
-    for name in registered_methods():
-        cls = get_method(name)
-        print(f"{name}: {cls.summary}")
-        for field, info in cls.Params.model_fields.items():
-            default = info.get_default(call_default_factory=True)
-            desc = f"  — {info.description}" if info.description else ""
-            print(f"    {field} = {'null' if default is None else repr(default)}{desc}")
+    for name, info in drydock.methods().items():
+        print(f"{name}: {info.summary}")
+        for field, param in info.params.items():
+            desc = f"  — {param.description}" if param.description else ""
+            print(f"    {field} = {'null' if param.default is None else repr(param.default)}{desc}")
     return EXIT_OK
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from pipeline.config import load_spec
-    from pipeline.training.trial import resolve_params, run_trial, verify_trial
+    import drydock
 
-    spec = load_spec(args.spec, args.overrides)
-    from methods import registered_methods
-
-    if args.method not in registered_methods():
-        from pipeline.config import did_you_mean
-
-        raise DrydockError(f"--method: unknown method {args.method!r} (registered: {', '.join(registered_methods())})"
-                           f"{did_you_mean(args.method, registered_methods())}")
-    params = resolve_params(spec, args.method)
+    spec = drydock.load_spec(args.spec, args.overrides)
     workdir = args.workdir or Path("runs")
-    seed = spec.seeds[0] if args.seed is None else args.seed
-    prepare_output(args.output, args.replace, keep=[Path.cwd(), workdir, Path(args.spec)])
-    outcome = run_trial(spec, args.method, params, seed, workdir, args.output, log=logs.log_line)
-    outcome.metrics["export_max_abs_diff"] = verify_trial(args.output)  # counts only once it reloads alone
-    m = outcome.metrics
+    prepare_output(args.output, args.replace, keep=[Path.cwd(), workdir, Path(args.spec)])  # the spec's file is kept too
+    result = drydock.train(spec, args.method, args.output, workdir=workdir, seed=args.seed)
+    m = result.metrics
     teacher = f", teacher {m['teacher_metric']:.4f}" if m.get("teacher_metric") is not None else ""
     print(
         f"{args.method}: {m['metric_name']} {m['metric']:.4f}{teacher}; {m['num_params_encoder']:,} encoder parameters; "
-        f"{m['steps']} steps in {m['train_seconds']:.1f}s → {args.output / 'student'}"
+        f"{m['steps']} steps in {m['train_seconds']:.1f}s → {result.student}"
     )
     return EXIT_OK
-
-
-def prepare_output(output: Path, replace: bool, keep: list[Path]) -> None:
-    """`train --output` gets a new or empty folder: a student written over another would keep the
-    other's files beside it (a CoFi export's `_pruned_bert.py`, which loading it runs). A folder
-    that is not empty is refused unless `replace`, which empties it first; never one that holds
-    what `keep` names (the current directory, the work directory, the spec)."""
-    if output.exists() and not output.is_dir():
-        raise DrydockError(f"--output: {output} is a file, not a folder")
-    if not output.is_dir() or not any(output.iterdir()):
-        return
-    if not replace:
-        names = sorted(p.name for p in output.iterdir())
-        shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
-        raise DrydockError(f"--output: {output} is not empty ({shown}); give --replace to empty it first, or name a new folder")
-    folder = output.resolve()
-    for path in keep:
-        held = path.resolve()
-        if held == folder or folder in held.parents:
-            raise DrydockError(f"--output: {output} holds {path}; --replace would delete it: name a folder of its own")
-    for child in output.iterdir():
-        if child.is_dir() and not child.is_symlink():
-            shutil.rmtree(child)
-        else:
-            child.unlink()
 
 
 # Commands that can run for minutes: a log gets the watchdog's line when they go silent (pipeline.cli.logs).
@@ -239,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
         except DrydockError as e:
             for problem in e.problems:
                 print(f"error: {problem}", file=sys.stderr)
-            return getattr(e, "exit_code", EXIT_USAGE)
+            return e.exit_code
         except KeyboardInterrupt:
             print("interrupted", file=sys.stderr)
             return 130

@@ -92,6 +92,14 @@ class SweepPlan:
     def configurations(self) -> int:
         return self.budget if self.budget is not None else sum(m.configurations for m in self.methods)
 
+    @property
+    def summary(self) -> str:
+        """The clause `drydock validate` prints: `100 trials of 1,250 steps, teacher 500 steps`."""
+        return plan_summary(self)
+
+    def __str__(self) -> str:  # `print(drydock.plan(spec))` shows `drydock plan`'s table
+        return format_plan(self)
+
 
 # ----------------------------------------------------------------------------------------------
 # training rows

@@ -63,11 +63,29 @@ def format_error(err: Mapping[str, Any], schema: type[BaseModel] | None = None, 
         msg = msg[len("Value error, "):] + hint
     elif err["type"] == "finite_number":
         msg = "must be a finite number"
+    elif err["type"] in ("literal_error", "enum") and not isinstance(err.get("input"), (dict, list)):
+        return f"{loc}: {_not_one_of(err['input'], err.get('ctx', {}).get('expected', ''))}"
+    elif err["type"] in NUMBER_EXPECTED:
+        msg = NUMBER_EXPECTED[err["type"]]
     given = err.get("input")
     if err["type"] not in ("extra_forbidden", "missing") and not isinstance(given, (dict, list)):
         shown = repr(given)
         msg = f"{msg} (got {shown if len(shown) <= 80 else shown[:60] + '…'})"
     return f"{loc}: {msg}"
+
+
+# pydantic's wording for a value that is not a number, said as the other messages say it
+NUMBER_EXPECTED = {"float_parsing": "expected a number", "float_type": "expected a number",
+                   "int_parsing": "expected a whole number", "int_type": "expected a whole number",
+                   "int_from_float": "expected a whole number"}
+
+
+def _not_one_of(given: Any, expected: str) -> str:
+    """`'tpe' is not one of fifo, asha; did you mean …?` from pydantic's `'fifo' or 'asha'`."""
+    import re
+
+    options = [m.group(1) or m.group(2) for m in re.finditer(r"'([^']*)'|(-?\d+(?:\.\d+)?)", expected)]
+    return f"{given!r} is not one of {', '.join(options)}{did_you_mean(str(given), options)}"
 
 
 def param_error(err: Mapping[str, Any]) -> str:

@@ -23,16 +23,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from pipeline.config import SweepSpec
-from pipeline.errors import DrydockError
+from pipeline.errors import EXIT_INTERRUPTED as EXIT_INTERRUPTED
+from pipeline.errors import SweepInterrupted as SweepInterrupted
 
 TUNE_SIGINT_SWITCH = "TUNE_DISABLE_SIGINT_HANDLER"
-EXIT_INTERRUPTED = 130
-
-
-class SweepInterrupted(DrydockError):
-    """The search stopped on SIGINT or SIGTERM; the run is saved and `--resume` continues it."""
-
-    exit_code = EXIT_INTERRUPTED
 
 
 def interrupted_message(spec: SweepSpec, run_id: str, name: str, open_trials: list[str]) -> str:

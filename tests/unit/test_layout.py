@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("pipeline", "methods")
+PACKAGES = ("drydock", "pipeline", "methods")
 
 # The rooms of the house and what each may import (docs/layout.md). A module's room is its
 # subpackage (pipeline.prepare.data → "prepare"), else its own top-level name.
@@ -35,7 +35,10 @@ ROOMS_ALLOWED: dict[str, set[str]] = {
     "sweep": {"errors", "storage", "config", "prepare", "training", "search", "measure", "select", "tracking", "results", "methods"},
     "retrain": {"errors", "lock", "storage", "config", "prepare", "training", "measure", "select", "sweep", "tracking", "methods"},
     "cli": {"errors", "lock", "storage", "config", "prepare", "training", "search", "measure", "select", "tracking", "results", "sweep",
-            "retrain", "methods"},
+            "retrain", "methods", "api"},
+    # the Python API (the `drydock` package): a thin facade over the stages; the command calls it and prints
+    "api": {"errors", "lock", "storage", "config", "prepare", "training", "search", "measure", "select", "tracking", "results", "sweep",
+            "retrain", "methods", "cli"},
     "methods": {"methods"},
 }
 # The work location's contract (`pipeline/workdir.py`: the names of what a sweep writes, atomic
@@ -43,7 +46,7 @@ ROOMS_ALLOWED: dict[str, set[str]] = {
 # room that writes files, or declares the spec, uses it.
 ROOMS_ALLOWED["workdir"] = set()
 for _room in ("lock", "storage", "config", "results", "tracking", "prepare", "training", "search", "measure", "select", "sweep", "retrain",
-              "cli"):
+              "cli", "api"):
     ROOMS_ALLOWED[_room].add("workdir")
 # What the pipeline may import from methods/: the registry and the contract, never a method's
 # file (a method is reached by name) nor a private helper module.
@@ -115,6 +118,8 @@ def room(module: str) -> str:
     parts = module.split(".")
     if parts[0] == "methods":
         return "methods"
+    if parts[0] == "drydock":
+        return "api"
     return parts[1] if len(parts) > 1 else "pipeline"
 
 

@@ -13,7 +13,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from pipeline.config import load_spec
 from pipeline.lock import spec_lock
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -61,16 +60,36 @@ def test_a_sweep_refuses_at_once_while_a_retrain_holds_the_spec_lock(tmp_path, c
 
 
 def test_a_retrain_skips_while_a_sweep_holds_the_spec_lock(tmp_path, capsys):
-    from pipeline.retrain import run_cli
+    from pipeline.cli.main import main
 
     workdir = tmp_path / "runs"
     with held_by(workdir / "smoke", "drydock sweep smoke") as holder:
-        code = run_cli(load_spec(SMOKE), workdir, None)
+        code = main(["retrain", str(SMOKE), "--workdir", str(workdir)])
     out = capsys.readouterr().out.strip()
     assert code == 1 and len(out.splitlines()) == 1
     assert re.match(rf"drydock retrain smoke: skipped: another run of this spec holds its lock: "
                     rf"{holder_pattern('drydock sweep smoke', holder.pid)}", out), out
     assert not (workdir / "smoke" / "retrain.json").exists()
+
+
+def test_the_api_raises_sweep_locked_naming_the_holder_before_any_work(tmp_path):
+    """`drydock.sweep` and `drydock.retrain` refuse as the commands do, as a typed error a caller
+    can catch (and the CLI maps to exit 1): the holder's line is on it, nothing was written."""
+    import drydock
+
+    workdir = tmp_path / "runs"
+    for call, holds in ((drydock.sweep, "drydock retrain smoke"), (drydock.retrain, "drydock sweep smoke")):
+        with held_by(workdir / "smoke", holds) as holder:
+            try:
+                call(SMOKE, workdir)
+            except drydock.SweepLocked as e:
+                assert e.exit_code == 1
+                assert re.match(holder_pattern(holds, holder.pid), e.holder), e.holder
+                assert holds in str(e) and "another run of this spec holds its lock" in str(e)
+            else:
+                raise AssertionError(f"{call.__name__} ran while {holds} held the lock")
+    assert sorted(p.name for p in (workdir / "smoke").iterdir()) == [".drydock.lock"]
+    assert not (workdir / "cache").exists() and not (workdir / "mlflow.db").exists()
 
 
 def test_the_lock_is_free_once_its_holder_dies(tmp_path):

@@ -1,0 +1,245 @@
+"""The functions of drydock's Python API; the CLI (`pipeline.cli`) calls them and prints.
+
+Each takes a spec as a `SweepSpec`, a YAML file's path or a mapping, so the common cases are
+one call. The heavy imports happen inside: a call pays for what it uses, and `import drydock`
+for nothing. Every call runs under `pipeline.cli.logs.library`: the caller's logging decides
+where its lines go, and whatever levels it (or a library it imports) set are put back.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import shutil
+from collections.abc import Mapping, Sequence
+from contextlib import ExitStack
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from drydock.results import MethodInfo, MethodParam, RetrainResult, Student, SweepResult, TrainResult
+from pipeline.errors import DrydockError, SpecError, SweepLocked
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from pipeline.cli.plan import SweepPlan
+    from pipeline.config import SweepSpec
+    from pipeline.storage import WorkStore
+
+Overrides = Sequence[str] | Mapping[str, Any] | None
+DEFAULT_WORKDIR = "runs"
+
+
+def load_spec(source: SweepSpec | str | os.PathLike[str] | Mapping[str, Any], overrides: Overrides = None) -> SweepSpec:
+    """Read and validate a spec: a YAML file's path, a mapping of the same shape, or a spec.
+
+    `overrides` are the CLI's `--set`: `["train.epochs=1"]`, or `{"train.epochs": 1}`. Raises
+    `SpecError` listing every problem found, each as `field.path: what was expected`."""
+    from pipeline.config import SweepSpec, spec_from_dict, spec_to_dict
+    from pipeline.config import load_spec as read
+
+    lines = _override_lines(overrides)
+    if isinstance(source, SweepSpec):
+        return spec_from_dict(spec_to_dict(source), lines) if lines else source
+    if isinstance(source, Mapping):
+        return spec_from_dict(copy.deepcopy(dict(source)), lines)
+    return read(Path(source), lines)
+
+
+def _override_lines(overrides: Overrides) -> list[str]:
+    """A mapping's values as `key=value` lines the loader parses as YAML (JSON is YAML)."""
+    if overrides is None:
+        return []
+    if isinstance(overrides, Mapping):
+        return [f"{key}={json.dumps(value)}" for key, value in overrides.items()]
+    if isinstance(overrides, str):
+        return [overrides]
+    return list(overrides)
+
+
+def validate(spec: SweepSpec | str | os.PathLike[str] | Mapping[str, Any], overrides: Overrides = None) -> SweepPlan:
+    """Check a spec as `drydock validate` does, without running anything: its fields, its
+    methods against the resources, the teacher's own limits (where its config is on this
+    machine) and the DeepSpeed preset it names. Returns the plan it counted (`plan`); raises
+    `SpecError` (or `DataError` for a data file it names) with every problem at once."""
+    from pipeline.cli import logs
+
+    with logs.library(show=False):  # what importing the stages' libraries sets is put back
+        from pipeline.cli.plan import plan_sweep
+        from pipeline.config import check_for_sweep, load_deepspeed_preset
+
+        spec = load_spec(spec, overrides)
+        problems: list[str] = []
+        for check in (load_deepspeed_preset, check_for_sweep):
+            try:
+                check(spec)
+            except DrydockError as e:
+                problems += e.problems
+        if problems:
+            raise SpecError(problems)
+        return plan_sweep(spec)  # a draw a method refuses is a problem too
+
+
+def plan(spec: SweepSpec | str | os.PathLike[str] | Mapping[str, Any], overrides: Overrides = None) -> SweepPlan:
+    """What a sweep of the spec would run: trials per method, steps per trial, the teacher's
+    steps and a time estimate for this machine (`print(plan)` shows `drydock plan`'s table).
+    Validates the spec first, as `validate`."""
+    return validate(spec, overrides)
+
+
+def sweep(spec: SweepSpec | str | os.PathLike[str] | Mapping[str, Any], workdir: str | os.PathLike[str] = DEFAULT_WORKDIR, *,
+          resume: bool = False, address: str | None = None, show: bool | None = None) -> SweepResult:
+    """Run the whole sweep — prepare, teacher, search on Ray, select — and return its trials,
+    front, champion and files.
+
+    `workdir`: a folder, or a URI every node reaches (`s3://bucket/prefix`); `resume`: continue
+    the last run of this sweep; `address`: a Ray cluster (default: RAY_ADDRESS, else a local
+    instance). `show`: print progress lines (default: when nothing in the process configured
+    logging; otherwise they go to the `drydock` logger). Raises `SweepLocked` at once when a
+    run of the same spec and work directory is going, `SpecError`/`DataError` before any work
+    for a mistake, `SweepInterrupted` on SIGINT/SIGTERM (the run is saved: `resume=True`)."""
+    from pipeline.cli import logs
+    from pipeline.lock import Locked, spec_lock
+    from pipeline.storage import WorkStore
+
+    spec = load_spec(spec)
+    store = WorkStore.open(os.fspath(workdir))
+    with logs.library(show) as log, ExitStack() as held:
+        try:  # in <workdir>/<name>/ (for a URI, this node's folder for it: the lock is this host's)
+            held.enter_context(spec_lock(store.path(spec.name), f"drydock sweep {spec.name}"))
+        except Locked as e:
+            raise SweepLocked(f"drydock sweep {spec.name}: {e}; it was not started (wait for that run to end)", e.holder) from None
+        from pipeline.prepare.revisions import pin_revisions  # after the lock: a refusal costs no Ray import
+        from pipeline.sweep import run_sweep
+
+        frame = run_sweep(pin_revisions(spec), os.fspath(workdir), resume=resume, address=address, log=log)
+        return sweep_result(spec, store, frame)
+
+
+def sweep_result(spec: SweepSpec, store: WorkStore, frame: pd.DataFrame) -> SweepResult:
+    """A finished sweep's record, read back from what the select stage wrote."""
+    from pipeline.cli.outputs import champion_of
+    from pipeline.cli.tables import pareto_table_text
+    from pipeline.select.champion import CHAMPION
+    from pipeline.select.pareto import select
+    from pipeline.tracking import tracking_uri
+    from pipeline.workdir import PARETO_PNG, REPORT_MD, RESULTS_FILE
+
+    uri = tracking_uri(spec, store.local)
+    version = champion_of(uri, spec.registered_model_name)
+    front = select(frame, spec.selection).front if len(frame) else frame.iloc[0:0]
+    return SweepResult(
+        name=spec.name, results=frame, front=front,
+        champion=f"models:/{spec.registered_model_name}@{CHAMPION}" if version else None, champion_version=version,
+        tracking_uri=uri, results_file=store.uri(f"{spec.name}/{RESULTS_FILE}"), report=store.uri(f"{spec.name}/{REPORT_MD}"),
+        plot=store.uri(f"{spec.name}/{PARETO_PNG}"), front_table=pareto_table_text(frame, spec.selection),
+    )
+
+
+def train(spec: SweepSpec | str | os.PathLike[str] | Mapping[str, Any], method: str, output: str | os.PathLike[str], *,
+          workdir: str | os.PathLike[str] = DEFAULT_WORKDIR, seed: int | None = None, replace: bool = False,
+          show: bool | None = None) -> TrainResult:
+    """Train one configuration of `method` in this process, without Ray: the spec's fixed
+    parameter values (a searched parameter takes the method's default), its first seed unless
+    `seed`. The student is exported to `output`/student and reloaded alone to check it; `output`
+    must be new or empty (`replace`: empty it first). The data and teacher caches are
+    `workdir`'s, shared with sweeps."""
+    from methods import registered_methods
+    from pipeline.cli import logs
+    from pipeline.config import did_you_mean
+
+    spec = load_spec(spec)
+    if method not in registered_methods():
+        raise DrydockError(f"--method: unknown method {method!r} (registered: {', '.join(registered_methods())})"
+                           f"{did_you_mean(method, registered_methods())}")
+    output, work = Path(output), Path(workdir)
+    prepare_output(output, replace, keep=[Path.cwd(), work])
+    with logs.library(show) as log:
+        from pipeline.training.trial import resolve_params, run_trial, verify_trial
+
+        outcome = run_trial(spec, method, resolve_params(spec, method), spec.seeds[0] if seed is None else seed, work, output,
+                            log=log)
+        outcome.metrics["export_max_abs_diff"] = verify_trial(output)  # counts only once it reloads alone
+    return TrainResult(method=method, metrics=outcome.metrics, student=output / "student")
+
+
+def prepare_output(output: Path, replace: bool, keep: list[Path]) -> None:
+    """`train`'s output gets a new or empty folder: a student written over another would keep
+    the other's files beside it (a CoFi export's `_pruned_bert.py`, which loading it runs). A
+    folder that is not empty is refused unless `replace`, which empties it first; never one that
+    holds what `keep` names (the current directory, the work directory, the spec)."""
+    if output.exists() and not output.is_dir():
+        raise DrydockError(f"--output: {output} is a file, not a folder")
+    if not output.is_dir() or not any(output.iterdir()):
+        return
+    if not replace:
+        names = sorted(p.name for p in output.iterdir())
+        shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+        raise DrydockError(f"--output: {output} is not empty ({shown}); give --replace to empty it first, or name a new folder")
+    folder = output.resolve()
+    for path in keep:
+        held = path.resolve()
+        if held == folder or folder in held.parents:
+            raise DrydockError(f"--output: {output} holds {path}; --replace would delete it: name a folder of its own")
+    for child in output.iterdir():
+        if child.is_dir() and not child.is_symlink():
+            shutil.rmtree(child)
+        else:
+            child.unlink()
+
+
+def retrain(spec: SweepSpec | str | os.PathLike[str] | Mapping[str, Any], workdir: str | os.PathLike[str] = DEFAULT_WORKDIR, *,
+            address: str | None = None, show: bool | None = None) -> RetrainResult:
+    """For schedulers: run the sweep again only if the spec, the data or the teacher changed
+    since the last successful run (`pipeline.retrain`); the champion moves only on improvement.
+    Raises `SweepLocked` ("skipped") when a run of the spec holds its lock."""
+    from pipeline import retrain as job
+    from pipeline.cli import logs
+    from pipeline.lock import Locked
+
+    spec = load_spec(spec)
+    with logs.library(show) as log:
+        try:
+            outcome, details = job.retrain(spec, os.fspath(workdir), address=address, log=log)
+        except Locked as e:
+            raise SweepLocked(f"drydock retrain {spec.name}: skipped: {e}", e.holder) from None
+    return RetrainResult(outcome=outcome, details=details, summary=job.summary_line(outcome, details, spec))
+
+
+def methods() -> dict[str, MethodInfo]:
+    """The registered method plugins (entry points `drydock.methods`), with their parameters'
+    defaults and descriptions: what a spec's `methods:` section may name."""
+    from methods import get_method, registered_methods
+
+    found = {}
+    for name in registered_methods():
+        cls = get_method(name)
+        params = {field: MethodParam(info.get_default(call_default_factory=True), info.description or "")
+                  for field, info in cls.Params.model_fields.items()}
+        found[name] = MethodInfo(name=name, summary=cls.summary, params=params)
+    return found
+
+
+def load_student(ref: str | os.PathLike[str], *, tracking_uri: str | None = None, max_length: int | None = None,
+                 show: bool | None = None) -> Student:
+    """A student as its consumers load it: an exported folder (a transformers pipeline), or a
+    registry reference `models:/NAME@champion` / `models:/NAME/VERSION` (MLflow's pyfunc, in the
+    runtime it was registered for). `tracking_uri`: the registry's store (default:
+    MLFLOW_TRACKING_URI, else runs/mlflow.db). `max_length`: truncate longer texts (a folder's
+    default is the model's own limit)."""
+    from pipeline.cli import logs
+    from pipeline.select.evaluate import is_registry_ref, load_predictor
+    from pipeline.workdir import TRACKING_DB
+
+    text = os.fspath(ref)
+    uri = None
+    if is_registry_ref(text):
+        uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
+        if uri is None:
+            default = Path(DEFAULT_WORKDIR) / TRACKING_DB
+            if not default.is_file():
+                raise DrydockError(f"tracking_uri: not given, MLFLOW_TRACKING_URI is unset and {default} does not exist")
+            uri = f"sqlite:///{default.resolve()}"
+    with logs.library(show):
+        return Student(ref=text, _predict=load_predictor(text, max_length, uri))
