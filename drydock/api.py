@@ -36,8 +36,11 @@ def load_spec(source: SweepSpec | str | os.PathLike[str] | Mapping[str, Any], ov
 
     `overrides` are the CLI's `--set`: `["train.epochs=1"]`, or `{"train.epochs": 1}`. Raises
     `SpecError` listing every problem found, each as `field.path: what was expected`."""
-    from pipeline.config import SweepSpec, spec_from_dict, spec_to_dict
-    from pipeline.config import load_spec as read
+    from pipeline.cli import logs
+
+    with logs.library(show=False):  # the spec's package imports the methods' registry, transformers with it
+        from pipeline.config import SweepSpec, spec_from_dict, spec_to_dict
+        from pipeline.config import load_spec as read
 
     lines = _override_lines(overrides)
     if isinstance(source, SweepSpec):
@@ -210,7 +213,10 @@ def retrain(spec: SweepSpec | str | os.PathLike[str] | Mapping[str, Any], workdi
 def methods() -> dict[str, MethodInfo]:
     """The registered method plugins (entry points `drydock.methods`), with their parameters'
     defaults and descriptions: what a spec's `methods:` section may name."""
-    from methods import get_method, registered_methods
+    from pipeline.cli import logs
+
+    with logs.library(show=False):
+        from methods import get_method, registered_methods
 
     found = {}
     for name in registered_methods():
@@ -242,4 +248,10 @@ def load_student(ref: str | os.PathLike[str], *, tracking_uri: str | None = None
                 raise DrydockError(f"tracking_uri: not given, MLFLOW_TRACKING_URI is unset and {default} does not exist")
             uri = f"sqlite:///{default.resolve()}"
     with logs.library(show):
-        return Student(ref=text, _predict=load_predictor(text, max_length, uri))
+        predict = load_predictor(text, max_length, uri)
+
+    def labelled(inputs: list[Any]) -> pd.DataFrame:
+        with logs.library(show=False):  # the first call may import the runtime's libraries
+            return predict(inputs)
+
+    return Student(ref=text, _predict=labelled)
