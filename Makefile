@@ -12,7 +12,7 @@ STAMP := $(VENV)/.installed
 # pins with `.venv/bin/python cluster/freeze_constraints.py` and commit them.
 CONSTRAINTS ?= -c cluster/constraints.txt
 
-.PHONY: setup test demo lint clean
+.PHONY: setup test demo demo-picture lint clean
 
 setup: $(STAMP)
 
@@ -39,6 +39,14 @@ DEMO_ENV := $(if $(wildcard $(SHARED_GLUE)/SST-2),GLUE_DIR=$${GLUE_DIR:-$(SHARED
 
 demo: setup
 	$(DEMO_ENV) $(BIN)/python -m pipeline.cli.demo $(DEMO_ARGS)
+
+# The README's picture and front tables (docs/images/pareto.png): the demo in a fresh work
+# directory, then its files put in place (python -m pipeline.cli.demo --picture).
+DEMO_PICTURE_DIR ?= /tmp/drydock-demo-picture
+demo-picture: setup
+	rm -rf $(DEMO_PICTURE_DIR)
+	$(DEMO_ENV) $(BIN)/python -m pipeline.cli.demo $(DEMO_PICTURE_DIR)
+	$(BIN)/python -m pipeline.cli.demo --picture $(DEMO_PICTURE_DIR)
 
 lint: setup
 	$(BIN)/ruff check drydock pipeline methods tests benchmarks examples

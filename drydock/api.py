@@ -70,18 +70,24 @@ def validate(spec: SweepSpec | str | os.PathLike[str] | Mapping[str, Any], overr
 
     with logs.library(show=False):  # what importing the stages' libraries sets is put back
         from pipeline.cli.plan import plan_sweep
-        from pipeline.config import check_for_sweep, load_deepspeed_preset
+        from pipeline.config import SweepSpec, check_for_sweep, load_deepspeed_preset
 
-        spec = load_spec(spec, overrides)
-        problems: list[str] = []
+        failed = SpecError([])
+        try:
+            checked = load_spec(spec, overrides)
+        except SpecError as e:  # the other checks still run on the rest of the spec: every problem in one pass
+            if not isinstance(e.partial, SweepSpec):
+                raise
+            checked, failed = e.partial, e
+        problems = list(failed.problems)
         for check in (load_deepspeed_preset, check_for_sweep):
             try:
-                check(spec)
+                check(checked)
             except DrydockError as e:
-                problems += e.problems
+                problems += failed.about_the_rest([p for p in e.problems if p not in problems])
         if problems:
             raise SpecError(problems)
-        return plan_sweep(spec)  # a draw a method refuses is a problem too
+        return plan_sweep(checked)  # a draw a method refuses is a problem too
 
 
 def plan(spec: SweepSpec | str | os.PathLike[str] | Mapping[str, Any], overrides: Overrides = None) -> SweepPlan:
@@ -123,20 +129,24 @@ def sweep(spec: SweepSpec | str | os.PathLike[str] | Mapping[str, Any], workdir:
 def sweep_result(spec: SweepSpec, store: WorkStore, frame: pd.DataFrame) -> SweepResult:
     """A finished sweep's record, read back from what the select stage wrote."""
     from pipeline.cli.outputs import champion_of
-    from pipeline.cli.tables import pareto_table_text
+    from pipeline.cli.tables import pareto_table_text, runtimes_table_text
     from pipeline.select.champion import CHAMPION
     from pipeline.select.pareto import select
+    from pipeline.select.variants import read_variants, variants_path
     from pipeline.tracking import tracking_uri
     from pipeline.workdir import PARETO_PNG, REPORT_MD, RESULTS_FILE
 
     uri = tracking_uri(spec, store.local)
     version = champion_of(uri, spec.registered_model_name)
     front = select(frame, spec.selection).front if len(frame) else frame.iloc[0:0]
+    variants = read_variants(variants_path(store.path(spec.name)))  # this node's copy: the select stage ran here
+    runtimes = runtimes_table_text(variants, frame, spec.selection)
     return SweepResult(
         name=spec.name, results=frame, front=front,
         champion=f"models:/{spec.registered_model_name}@{CHAMPION}" if version else None, champion_version=version,
         tracking_uri=uri, results_file=store.uri(f"{spec.name}/{RESULTS_FILE}"), report=store.uri(f"{spec.name}/{REPORT_MD}"),
         plot=store.uri(f"{spec.name}/{PARETO_PNG}"), front_table=pareto_table_text(frame, spec.selection),
+        variants=variants if runtimes else None, runtimes_table=runtimes,
     )
 
 

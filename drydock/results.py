@@ -49,6 +49,10 @@ class SweepResult:
     report: str  # report.md; report.html beside it
     plot: str  # pareto.png
     front_table: str = field(repr=False)  # the front as the CLI prints it (◆ marks the champion)
+    # variants.parquet: every model in every runtime of `selection.runtimes` (ONNX Runtime int8, …)
+    # with its own dev metric and timing, and its front; None when only eager fp32 was timed
+    variants: pd.DataFrame | None = field(default=None, repr=False)
+    runtimes_table: str = field(default="", repr=False)  # the variants as the CLI prints them (★ front, ◆ champion)
 
     @property
     def failed(self) -> int:
@@ -58,7 +62,7 @@ class SweepResult:
     def _repr_markdown_(self) -> str:  # a notebook shows the front and the champion
         champion = f"`{self.champion}` (version {self.champion_version})" if self.champion else "none"
         return (f"**sweep {self.name}**: {len(self.results)} trials, {self.failed} failed; champion {champion}\n\n"
-                f"```\n{self.front_table}```\nplot: `{self.plot}`, report: `{self.report}`")
+                f"```\n{self.front_table}{self.runtimes_table}```\nplot: `{self.plot}`, report: `{self.report}`")
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,24 @@ class DrydockError(Exception):
 
 
 class SpecError(DrydockError):
-    """The sweep spec does not validate; each problem names its field path."""
+    """The sweep spec does not validate; each problem names its field path. `partial`: the spec
+    with the fields in error (`left_out`, dotted paths) at their defaults, when that validates:
+    `drydock validate` runs its other checks on it, so every problem is said in one pass; None
+    otherwise."""
+
+    def __init__(self, problems: str | list[str], partial: object | None = None, left_out: tuple[str, ...] = ()):
+        super().__init__(problems)
+        self.partial = partial
+        self.left_out = left_out
+
+    def about_the_rest(self, found: list[str]) -> list[str]:
+        """Of the problems other checks `found` on `partial`: the new ones, and none about a field
+        left out (judged at a default the user did not give, or missing because it was left out)."""
+        def about(problem: str, field: str) -> bool:
+            named = problem.split(":", 1)[0]
+            return named == field or named.startswith(field + ".") or field.startswith(named + ".")
+
+        return [p for p in found if p not in self.problems and not any(about(p, field) for field in self.left_out)]
 
 
 class DataError(DrydockError):

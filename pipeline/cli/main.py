@@ -141,6 +141,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
     print(summary_table(result.results))
     print(result.front_table)
+    if result.runtimes_table:
+        print(result.runtimes_table)
     print(outputs.where_to_look(spec, WorkStore.open(args.workdir), champion=lambda uri, name: result.champion_version))
     if result.failed:
         print(f"{result.failed} trial(s) failed; see the error column", file=sys.stderr)
@@ -151,8 +153,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
     """`drydock.validate`: one line (scripts read it: benchmarks/gpu_smoke.sh); `plan` adds the table."""
     import drydock
 
+    plan = drydock.validate(args.spec, args.overrides)  # every problem, the schema's and the rest's, in one pass
     spec = drydock.load_spec(args.spec, args.overrides)
-    plan = drydock.validate(spec)
     print(f"{args.spec}: valid (sweep {spec.name!r}, task {spec.task.name}, methods: {', '.join(spec.methods)}; {plan.summary})")
     if args.command == "plan":
         print(plan)

@@ -113,12 +113,18 @@ def champion_of(uri: str, name: str) -> str | None:
 
 def cmd_report(args: argparse.Namespace) -> int:
     from pipeline import results as results_table
-    from pipeline.cli.tables import pareto_table_text
+    from pipeline.cli.tables import pareto_table_text, runtimes_table_text
+    from pipeline.config import SelectionConfig
     from pipeline.select.report import current_run_dir, rebuild_report, saved_spec
+    from pipeline.select.variants import read_variants, variants_path
 
     files = rebuild_report(args.sweep_dir)
     spec = saved_spec(args.sweep_dir)
-    print(pareto_table_text(results_table.read_results(args.sweep_dir / results_table.RESULTS_FILE), spec.selection if spec else None))
+    frame = results_table.read_results(args.sweep_dir / results_table.RESULTS_FILE)
+    print(pareto_table_text(frame, spec.selection if spec else None))
+    runtimes = runtimes_table_text(read_variants(variants_path(args.sweep_dir)), frame, spec.selection if spec else SelectionConfig())
+    if runtimes:
+        print(runtimes)
     print(f"report: {files.markdown}\n        {files.html}\nplot:   {files.plot}")
     run_dir = current_run_dir(args.sweep_dir)
     if run_dir is not None:  # the top level holds copies of the newest run's

@@ -76,6 +76,38 @@ def pareto_table_text(frame: pd.DataFrame, selection: SelectionConfig | None = N
     return out.getvalue()
 
 
+def runtimes_table_text(variants: pd.DataFrame, frame: pd.DataFrame, selection: SelectionConfig) -> str:
+    """variants.parquet as the command prints it after the front: every model in every runtime at
+    the front's shape — its own dev metric, p50 with its ~95% interval, speedup over the teacher
+    in eager fp32, size — ★ on the front over (configuration, runtime), ◆ the champion the
+    registry serves. Empty when the sweep built no runtime variant."""
+    from pipeline.measure.job import TEACHER
+    from pipeline.select.variants import variant_champion
+
+    if not len(variants) or set(variants["runtime"].dropna()) <= {EAGER_RUNTIME}:
+        return ""
+    configs = select(frame, selection).configs if len(frame) else pd.DataFrame(columns=["config_key", "config"])
+    named = dict(zip(configs["config_key"], configs["config"]))  # the front table's names (`kd alpha=0.9`)
+    names = {str(r["trial_id"]): named.get(config_key(str(r["method"]), row_params(r)), str(r["trial_id"])) for _, r in frame.iterrows()}
+    champion = variant_champion(variants, selection)
+    shape = str(variants["front_shape"].dropna().iloc[0]) if variants["front_shape"].notna().any() else "?"
+    table = Table(title=f"Runtimes at batch × length {shape} ({metric_name_of(variants)} ↑, latency ↓; ★ front, ◆ champion)")
+    for column in ["model", "runtime", metric_name_of(variants), "p50 ms [~95%]", "speedup", "size MB", ""]:
+        table.add_column(column, justify="left" if column in ("model", "runtime", "") else "right")
+    ordered = variants.assign(_teacher=variants["trial_id"] != TEACHER).sort_values(["_teacher", "latency_ms"], kind="stable")
+    for _, r in ordered.iterrows():
+        trial = str(r["trial_id"])
+        won = champion is not None and trial == str(champion["trial_id"]) and r["runtime"] == champion["runtime"]
+        marks = ("★" if not pd.isna(r["pareto"]) and bool(r["pareto"]) else "") + (" ◆" if won else "")
+        latency = "–" if pd.isna(r["latency_ms"]) else f"{r['latency_ms']:.2f} [{r['latency_low_ms']:.2f}–{r['latency_high_ms']:.2f}]"
+        size = "–" if pd.isna(r["size_bytes"]) else f"{r['size_bytes'] / 1e6:.1f}"
+        table.add_row(TEACHER if trial == TEACHER else names.get(trial, trial), str(r["runtime"]), _cell(r["metric"]), latency,
+                      fmt_speedup(r["speedup"]), size, marks)
+    out = StringIO()
+    Console(file=out, width=140).print(table)
+    return out.getvalue()
+
+
 def registry_table_text(client: MlflowClient, name: str) -> str:
     """`drydock registry list NAME`: versions with their figures, and where the aliases point."""
     model = client.get_registered_model(name)

@@ -223,11 +223,39 @@ def spec_from_dict(raw: dict[str, Any], overrides: list[str] | None = None) -> S
     try:
         spec = SweepSpec.model_validate(raw)
     except ValidationError as e:
-        raise SpecError(error_lines(e)) from None
-    problems = validate_methods(spec) or trial_count_problems(spec)
+        problems = error_lines(e)
+        partial, left_out = _without_errors(raw, e)
+        if partial is not None:  # what the other checks find in the rest of the spec, said in the same pass
+            error_so_far = SpecError(problems, left_out=left_out)
+            problems += error_so_far.about_the_rest(validate_methods(partial) + trial_count_problems(partial))
+        raise SpecError(problems, partial=partial, left_out=left_out) from None
+    problems = validate_methods(spec) + trial_count_problems(spec)
     if problems:
         raise SpecError(problems)
     return spec
+
+
+def _without_errors(raw: dict[str, Any], error: ValidationError) -> tuple[SweepSpec | None, tuple[str, ...]]:
+    """The spec with every field an error names left out (to its default), when that validates,
+    and the fields left out: so the checks that need a whole spec (the methods against the
+    resources, trial counts, the teacher's limits) report on the rest in the same pass as the
+    schema's errors (`SpecError.about_the_rest` keeps what they say about the fields left out
+    from being said). None when a field left out was required, or the rest still fails."""
+    trimmed = copy.deepcopy(raw)
+    left_out = tuple(sorted({".".join(map(str, err["loc"])) for err in error.errors() if err["loc"]}))
+    for err in error.errors():
+        node: Any = trimmed
+        *parents, last = err["loc"] or ("",)
+        for part in parents:
+            node = node.get(part) if isinstance(node, dict) else None
+        if isinstance(node, dict):
+            node.pop(last, None)
+        elif isinstance(node, list) and isinstance(last, int) and last < len(node):
+            return None, left_out  # an item of a list: leaving it out would change the list's meaning
+    try:
+        return SweepSpec.model_validate(trimmed), left_out
+    except ValidationError:
+        return None, left_out
 
 
 def spec_to_dict(spec: SweepSpec) -> dict[str, Any]:

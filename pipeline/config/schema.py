@@ -1,7 +1,7 @@
 """The spec's schema: one frozen pydantic model per section of a sweep spec, the markers of what
 each field counts for in a run's records, and the limits a spec must keep.
 
-The field names are the public contract (README, "The sweep spec"): users' specs and scripts depend on
+The field names are the public contract (docs/spec.md): users' specs and scripts depend on
 them, so fields may be added but never renamed without a migration message. Every model is
 frozen and rejects unknown keys, so a typo in a spec fails in `drydock validate` instead of being
 silently ignored three hours into a sweep. The `methods:` section is typed by each method's own

@@ -30,7 +30,7 @@ METADATA_FILE = "drydock.json"  # written by pipeline.training.export.save_stude
 CODE_FILES_KEY = "code_files"  # drydock.json: {relative path of each .py file: its SHA-256}
 CODE_DIGEST_KEY = "code_sha256"  # drydock.json and the registry's tags: `combined_digest` of those
 CONFIG_FILES = ("config.json", "tokenizer_config.json")  # where transformers finds custom classes
-SEE = "README, 'What runs when you load a CoFi student'"
+SEE = "docs/security.md"
 
 
 def file_digests(folder: Path) -> dict[str, str]:

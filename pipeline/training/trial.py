@@ -104,7 +104,7 @@ def run_trial(
     if not dist.is_main:
         return TrialOutcome(metrics=metrics, student_path=None)
     student_path = output_dir / "student"
-    # drydock.json: the hub commits the teacher and the data came from too (README, "Outputs")
+    # drydock.json: the hub commits the teacher and the data came from too (docs/outputs.md)
     metadata = {**metrics, **source_revisions(spec, prepared.data.revision), "teacher_path": str(teacher.path) if teacher else None}
     metrics.update(export_student(method, prepared, output_dir, metadata))
     lap("export")
@@ -116,7 +116,7 @@ def run_trial(
 
 def trial_metrics(spec: SweepSpec, method_name: str, params: dict[str, Any], seed: int, prepared: Prepared,
                   teacher: TeacherResult | None, result: loop.LoopResult, dist: loop.Distributed) -> dict[str, Any]:
-    """metrics.json's fields (README, Outputs): the best evaluation, the teacher's, how it ran."""
+    """metrics.json's fields (docs/outputs.md): the best evaluation, the teacher's, how it ran."""
     primary = prepared.data.task.primary_metric
     return {
         "method": method_name,

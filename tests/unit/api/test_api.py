@@ -55,6 +55,26 @@ def test_three_mistakes_in_three_sections_are_one_spec_error_with_three_lines(ca
     assert "error: search.scheduler: 'fif' is not one of fifo, asha; did you mean fifo?" in err
 
 
+def test_the_schema_the_methods_and_the_teachers_limits_are_checked_in_one_pass():
+    """The checks that need a whole spec run on the rest of it (the fields in error left at their
+    defaults), so a schema mistake no longer hides a teacher limit or a method the resources
+    cannot train; a problem of a field left out is not said twice."""
+    with pytest.raises(drydock.SpecError) as caught:
+        drydock.validate(SMOKE, ["train.epochs=abc", "task.max_seq_length=5000", "student.num_layers=9",
+                                 "methods.theseus={}", "resources.strategy=deepspeed", "resources.deepspeed={zero_stage: 3}",
+                                 "resources.workers_per_trial=2"])
+    problems = caught.value.problems
+    assert problems[0] == "train.epochs: expected a number (got 'abc')"
+    assert any(p.startswith("methods.theseus: cannot train under resources.deepspeed.zero_stage 3 with 2 workers") for p in problems)
+    assert "task.max_seq_length: 5000 exceeds the teacher's 512 positions (teacher.architecture); use at most 512" in problems
+    assert "student.num_layers: 9 layers exceed the teacher's 4 (teacher.architecture)" in problems
+    assert len(problems) == 4
+    # a field in error that the other checks read is left out, not judged at a value it does not have
+    with pytest.raises(drydock.SpecError) as caught:
+        drydock.validate(SMOKE, ["task.max_seq_length=abc"])
+    assert caught.value.problems == ["task.max_seq_length: expected a whole number (got 'abc')"]
+
+
 def test_validate_and_plan_return_the_plan_the_commands_print(capsys):
     from pipeline.cli.main import main
 
