@@ -235,6 +235,18 @@ class TaskConfig(_Model):
                              "(files name no labels; a hub dataset's ClassLabel column can)")
         return self
 
+    def hub_dataset(self) -> tuple[str, str | None] | None:
+        """(hub id, config) the hub knows this task's data by, for a model card the hub links to
+        its dataset: GLUE's tasks are `nyu-mll/glue` with the task as config, whether read from
+        the hub or from a GLUE folder; another hub dataset its own id (not a local folder's path).
+        None for files and synthetic data."""
+        source = self.resolved_source()
+        if self.name in GLUE_TASKS and (source == "glue_dir" or (source == "hub" and self.hub_path == "nyu-mll/glue")):
+            return "nyu-mll/glue", self.hub_config or self.name
+        if source == "hub" and not Path(self.hub_path).expanduser().exists():
+            return self.hub_path, self.hub_config
+        return None
+
     def resolved_source(self) -> str:
         """`auto` reads the GLUE directory when one is given and exists, else the hub."""
         if self.source != "auto":

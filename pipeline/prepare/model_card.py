@@ -156,7 +156,10 @@ def card_data(meta: dict[str, Any], custom: bool, license_fields: dict[str, str]
     metric_name, metric = meta.get("metric_name"), meta.get("metric")
     results = []
     if metric_name and isinstance(metric, (int, float)) and not isinstance(metric, bool) and math.isfinite(metric):
-        results.append(EvalResult(task_type="text-classification", dataset_type=task, dataset_name=f"{task} (dev split)",
+        # dataset_type is the hub's id of the dataset where there is one (`nyu-mll/glue`, config `sst2`),
+        # which the hub links to its page; else the task's name
+        results.append(EvalResult(task_type="text-classification", dataset_type=meta.get("dataset") or task,
+                                  dataset_config=meta.get("dataset_config"), dataset_name=f"{task} (dev split)",
                                   dataset_split="dev", metric_type=metric_name, metric_value=metric))
     teacher = meta.get("teacher")
     hub_teacher = bool(teacher and teacher != "random" and _is_hub(teacher))

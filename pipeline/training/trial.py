@@ -106,6 +106,9 @@ def run_trial(
     student_path = output_dir / "student"
     # drydock.json: the hub commits the teacher and the data came from too (docs/outputs.md)
     metadata = {**metrics, **source_revisions(spec, prepared.data.revision), "teacher_path": str(teacher.path) if teacher else None}
+    dataset = spec.task.hub_dataset()  # the model card's dataset, by the id the hub links
+    if dataset is not None:
+        metadata.update(dataset=dataset[0], dataset_config=dataset[1])
     metrics.update(export_student(method, prepared, output_dir, metadata))
     lap("export")
     metrics["timings"] = lap.timings

@@ -179,3 +179,21 @@ def test_the_registry_logs_the_exports_card_and_asks_the_hub_for_none(store, tmp
     assert not [m for m in records.messages if "model card" in m or "license information" in m]
     run_copy = Path(client.download_artifacts(run_id, f"student/{CARD_FILE}", str(tmp_path / "run")))
     assert run_copy.read_text(encoding="utf-8") == card
+
+
+def test_the_cards_dataset_is_the_hubs_id_where_there_is_one():
+    """GLUE's tasks are `nyu-mll/glue` with the task as config, read from the hub or from a GLUE
+    folder (the hub links the card to the dataset's page); files and synthetic data keep the
+    task's name."""
+    from pipeline.config import TaskConfig
+    from pipeline.prepare.model_card import card_data
+
+    assert TaskConfig(name="sst2", source="glue_dir", glue_dir="/data/glue").hub_dataset() == ("nyu-mll/glue", "sst2")
+    assert TaskConfig(name="rte").hub_dataset() == ("nyu-mll/glue", "rte")
+    assert TaskConfig(name="imdb", hub_path="stanfordnlp/imdb", text_columns=["text"], label_names=["neg", "pos"]).hub_dataset() == ("stanfordnlp/imdb", None)
+    assert TaskConfig(name="synthetic", source="synthetic").hub_dataset() is None
+    meta = {**METADATA, "method": "kd", "task": "sst2", "dataset": "nyu-mll/glue", "dataset_config": "sst2"}
+    (result,) = card_data(meta, custom=False, license_fields={}).eval_results
+    assert (result.dataset_type, result.dataset_config, result.dataset_name) == ("nyu-mll/glue", "sst2", "sst2 (dev split)")
+    (result,) = card_data({**METADATA, "method": "kd", "task": "synthetic"}, custom=False, license_fields={}).eval_results
+    assert (result.dataset_type, result.dataset_config) == ("synthetic", None)
