@@ -65,7 +65,7 @@ def validate(spec: SweepSpec | str | os.PathLike[str] | Mapping[str, Any], overr
     """Check a spec as `drydock validate` does, without running anything: its fields, its
     methods against the resources, the teacher's own limits (where its config is on this
     machine) and the DeepSpeed preset it names. Returns the plan it counted (`plan`); raises
-    `SpecError` (or `DataError` for a data file it names) with every problem at once."""
+    `SpecError` with every problem at once."""
     from pipeline.cli import logs
 
     with logs.library(show=False):  # what importing the stages' libraries sets is put back
@@ -103,8 +103,8 @@ def sweep(spec: SweepSpec | str | os.PathLike[str] | Mapping[str, Any], workdir:
     front, champion and files.
 
     `workdir`: a folder, or a URI every node reaches (`s3://bucket/prefix`); `resume`: continue
-    the last run of this sweep; `address`: a Ray cluster (default: RAY_ADDRESS, else a local
-    instance). `show`: print progress lines (default: when nothing in the process configured
+    the last run of this sweep; `address`: a Ray cluster (default: the spec's
+    `resources.address`, else RAY_ADDRESS, else a local instance). `show`: print progress lines (default: when nothing in the process configured
     logging; otherwise they go to the `drydock` logger). Raises `SweepLocked` at once when a
     run of the same spec and work directory is going, `SpecError`/`DataError` before any work
     for a mistake, `SweepInterrupted` on SIGINT/SIGTERM (the run is saved: `resume=True`)."""
@@ -137,8 +137,11 @@ def sweep_result(spec: SweepSpec, store: WorkStore, frame: pd.DataFrame) -> Swee
     from pipeline.workdir import PARETO_PNG, REPORT_MD, RESULTS_FILE
 
     uri = tracking_uri(spec, store.local)
-    version = champion_of(uri, spec.registered_model_name)
-    front = select(frame, spec.selection).front if len(frame) else frame.iloc[0:0]
+    try:
+        version = champion_of(uri, spec.registered_model_name)
+    except Exception:  # noqa: BLE001 - the sweep is done: a registry that fails to answer now only loses the version
+        version = None
+    front = select(frame, spec.selection).front
     variants = read_variants(variants_path(store.path(spec.name)))  # this node's copy: the select stage ran here
     runtimes = runtimes_table_text(variants, frame, spec.selection)
     return SweepResult(
@@ -151,27 +154,29 @@ def sweep_result(spec: SweepSpec, store: WorkStore, frame: pd.DataFrame) -> Swee
 
 
 def train(spec: SweepSpec | str | os.PathLike[str] | Mapping[str, Any], method: str, output: str | os.PathLike[str], *,
-          workdir: str | os.PathLike[str] = DEFAULT_WORKDIR, seed: int | None = None, replace: bool = False,
-          show: bool | None = None) -> TrainResult:
+          overrides: Overrides = None, workdir: str | os.PathLike[str] = DEFAULT_WORKDIR, seed: int | None = None,
+          replace: bool = False, show: bool | None = None) -> TrainResult:
     """Train one configuration of `method` in this process, without Ray: the spec's fixed
     parameter values (a searched parameter takes the method's default), its first seed unless
     `seed`. The student is exported to `output`/student and reloaded alone to check it; `output`
-    must be new or empty (`replace`: empty it first). The data and teacher caches are
-    `workdir`'s, shared with sweeps."""
+    must be new or empty (`replace`: empty it first, once the spec and the method are known
+    good; never a folder holding the spec's file, the work directory or the current directory).
+    The data and teacher caches are `workdir`'s, shared with sweeps."""
     from methods import registered_methods
     from pipeline.cli import logs
     from pipeline.config import did_you_mean
 
-    spec = load_spec(spec)
+    loaded = load_spec(spec, overrides)
     if method not in registered_methods():
         raise DrydockError(f"--method: unknown method {method!r} (registered: {', '.join(registered_methods())})"
                            f"{did_you_mean(method, registered_methods())}")
     output, work = Path(output), Path(workdir)
-    prepare_output(output, replace, keep=[Path.cwd(), work])
+    keep = [Path.cwd(), work, *([Path(spec)] if isinstance(spec, (str, os.PathLike)) else [])]
+    prepare_output(output, replace, keep=keep)  # after every check: a mistake never costs the folder
     with logs.library(show) as log:
         from pipeline.training.trial import resolve_params, run_trial, verify_trial
 
-        outcome = run_trial(spec, method, resolve_params(spec, method), spec.seeds[0] if seed is None else seed, work, output,
+        outcome = run_trial(loaded, method, resolve_params(loaded, method), loaded.seeds[0] if seed is None else seed, work, output,
                             log=log)
         outcome.metrics["export_max_abs_diff"] = verify_trial(output)  # counts only once it reloads alone
     return TrainResult(method=method, metrics=outcome.metrics, student=output / "student")

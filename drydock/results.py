@@ -41,8 +41,10 @@ class SweepResult:
 
     name: str  # the spec's name: the sweep's folder under the work directory
     results: pd.DataFrame  # one row per trial (docs/outputs.md: the results table's columns)
-    front: pd.DataFrame  # the Pareto-optimal configurations, fastest first (seeds aggregated)
-    champion: str | None  # `models:/NAME@champion`, or None when no student was registered
+    front: pd.DataFrame  # the Pareto-optimal configurations in eager fp32, fastest first (seeds aggregated)
+    # `models:/NAME@champion`, or None when no student was registered; with runtime variants it is
+    # chosen among them (`runtimes_table`), so it may be a configuration's int8 variant
+    champion: str | None
     champion_version: str | None
     tracking_uri: str  # the MLflow store the runs and the registry are in
     results_file: str

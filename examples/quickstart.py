@@ -8,7 +8,7 @@
 # Run it as a notebook (VS Code, or `jupytext --to notebook examples/quickstart.py`) or as a
 # script (`python examples/quickstart.py`) from the repository's root. It takes about 7 minutes
 # on 2 CPUs; `DRYDOCK_EXAMPLE_SPEC=sweeps/smoke.yaml` runs the one-minute synthetic spec instead
-# (the test suite does, `tests/integration/test_example.py`).
+# (the test suite does, `tests/integration/api/test_example.py`).
 
 # %%
 import os

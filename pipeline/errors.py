@@ -6,10 +6,12 @@ traceback. Raising one of these must happen before any expensive work starts (to
 training), so a typo costs seconds, not an hour. The Python API (`drydock`) raises the same
 classes, so a notebook, an Airflow task and the CLI tell the same cases apart.
 
-This module imports nothing: the classes are importable without torch, Ray or MLflow.
+This module imports nothing of drydock's or a library's: the classes are importable without torch, Ray or MLflow.
 """
 
 from __future__ import annotations
+
+import re
 
 EXIT_FAILED, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_INTERRUPTED = 1, 2, 3, 130
 
@@ -36,13 +38,17 @@ class SpecError(DrydockError):
         self.left_out = left_out
 
     def about_the_rest(self, found: list[str]) -> list[str]:
-        """Of the problems other checks `found` on `partial`: the new ones, and none about a field
-        left out (judged at a default the user did not give, or missing because it was left out)."""
-        def about(problem: str, field: str) -> bool:
-            named = problem.split(":", 1)[0]
-            return named == field or named.startswith(field + ".") or field.startswith(named + ".")
+        """Of the problems other checks `found` on `partial`: the new ones that concern no section
+        a field was left out of. A check reads several fields of a section together (the search's
+        algorithm with its budget), so a problem there may be about the default put in place of
+        the user's value; such a problem waits for the next pass, never a false one now."""
+        sections = {field.split(".")[0] for field in self.left_out}
 
-        return [p for p in found if p not in self.problems and not any(about(p, field) for field in self.left_out)]
+        def about_a_section_left_out(problem: str) -> bool:
+            named = problem.split(":", 1)[0].split(".")[0]
+            return named in sections or any(f"{section}." in problem for section in sections)
+
+        return [p for p in found if p not in self.problems and not about_a_section_left_out(p)]
 
 
 class DataError(DrydockError):
@@ -72,3 +78,30 @@ class SweepInterrupted(DrydockError):
     """The search stopped on SIGINT or SIGTERM; the run is saved and `--resume` continues it."""
 
     exit_code = EXIT_INTERRUPTED
+
+
+SECRET_QUERY = re.compile(r"(token|password|passwd|secret|key|sig|signature|credential)", re.I)
+
+
+def redacted(uri: str) -> str:
+    """`uri` fit to print or log: the password of `scheme://user:password@host` and the values of
+    query parameters named like a credential (`?token=…`) become `***`. A tracking URI may carry
+    them (a spec's `${MLFLOW_URI}`), and an error message or a log line must never show them."""
+    from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+    try:
+        parts = urlsplit(uri)
+    except ValueError:
+        return uri
+    if not (":" in parts.netloc.rpartition("@")[0] or any(SECRET_QUERY.search(k) for k, _ in parse_qsl(parts.query))):
+        return uri  # nothing to hide: as given (urlunsplit would rewrite `sqlite:////x` as `sqlite://x`)
+    netloc = parts.netloc
+    if "@" in netloc:
+        userinfo, host = netloc.rsplit("@", 1)
+        user, colon, _ = userinfo.partition(":")
+        netloc = f"{user}{':***' if colon else ''}@{host}"
+    query = parts.query
+    if query:
+        pairs = parse_qsl(query, keep_blank_values=True)
+        query = urlencode([(k, "***" if SECRET_QUERY.search(k) else v) for k, v in pairs], safe="*")
+    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))

@@ -29,6 +29,7 @@ from mlflow.exceptions import MlflowException
 from pipeline.config import SweepSpec
 from pipeline.errors import DrydockError
 from pipeline.errors import TrackingUnreachable as TrackingUnreachable
+from pipeline.errors import redacted as redacted
 from pipeline.results import flatten
 from pipeline.workdir import ARTIFACTS_DIR
 from pipeline.workdir import TRACKING_DB as TRACKING_DB
@@ -61,14 +62,14 @@ def check_reachable(uri: str, source: str, timeout: float = PROBE_TIMEOUT_S) -> 
     except MlflowException as e:
         cause = e.__cause__ or e.__context__
         if isinstance(cause, requests.exceptions.SSLError):
-            raise DrydockError(f"{source}: the TLS handshake with the MLflow tracking server {uri} failed: {_short(cause)}") from None
+            raise DrydockError(f"{source}: the TLS handshake with the MLflow tracking server {redacted(uri)} failed: {_short(cause)}") from None
         if isinstance(cause, (requests.exceptions.ConnectionError, requests.exceptions.Timeout)):
             why = f"no answer within {timeout:g}s" if isinstance(cause, requests.exceptions.Timeout) else _short(cause)
-            raise TrackingUnreachable(f"{source}: the MLflow tracking server {uri} is unreachable: {why}; nothing was started "
+            raise TrackingUnreachable(f"{source}: the MLflow tracking server {redacted(uri)} is unreachable: {why}; nothing was started "
                                       "(is the server up, and its address right?)") from None
         return
     if response.status_code in GATEWAY_DOWN:
-        raise TrackingUnreachable(f"{source}: the MLflow tracking server {uri} is unreachable: it answered {response.status_code} "
+        raise TrackingUnreachable(f"{source}: the MLflow tracking server {redacted(uri)} is unreachable: it answered {response.status_code} "
                                   f"{response.reason or ''}".rstrip() + "; nothing was started")
 
 
@@ -135,8 +136,8 @@ def check_writable(client: MlflowClient, uri: str, spec: SweepSpec, experiment_i
     def refused(what: str, field: str, error: MlflowException) -> DrydockError:
         reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         if error.error_code != "PERMISSION_DENIED":
-            return DrydockError(f"{field}: cannot write to the {what} at {uri}: {reason}")
-        return DrydockError(f"{field}: {login} may not write to the {what} at {uri} ({reason}); one that another "
+            return DrydockError(f"{field}: cannot write to the {what} at {redacted(uri)}: {reason}")
+        return DrydockError(f"{field}: {login} may not write to the {what} at {redacted(uri)} ({reason}); one that another "
                             f"user created needs EDIT for {user or 'this login'} (the MLflow admin grants it), or give "
                             f"{field} a name of its own")
 
@@ -170,7 +171,7 @@ class SweepTracker:
             self.experiment_id = ensure_experiment(self.client, spec.experiment_name, workdir, artifact_root)
         except Exception as e:  # a typo in the URI, a bad credential, a server that answers but is not MLflow
             reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            raise DrydockError(f"{source}: cannot use the MLflow tracking store {self.uri!r}: {reason}") from None
+            raise DrydockError(f"{source}: cannot use the MLflow tracking store {redacted(self.uri)!r}: {reason}") from None
         if self.uri.startswith(("http://", "https://")):  # a server may refuse writes that reads pass
             check_writable(self.client, self.uri, spec, self.experiment_id)
         self.spec = spec

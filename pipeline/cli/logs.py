@@ -152,6 +152,7 @@ def library(show: bool | None = None) -> Iterator[Callable[[str], None]]:
     it instead. MLflow's and Ray's INFO lines are quieted as under the command, and every logger
     and variable touched, those of the libraries the call imports included, is put back after it."""
     saved = SavedLogging.now()
+    bars = progress_bars()
     drydock = logging.getLogger(LOGGER)
     if show is None:
         show = not (logging.getLogger().handlers or drydock.handlers)
@@ -164,6 +165,35 @@ def library(show: bool | None = None) -> Iterator[Callable[[str], None]]:
         yield log_line
     finally:
         saved.restore()
+        restore_progress_bars(bars)
+
+
+# The stages turn off transformers' and datasets' progress bars (`pipeline.prepare`): the switches
+# are process-wide, so an API call puts them back as it found them (on, for a library it imported).
+PROGRESS_BAR_SWITCHES = {
+    "transformers": ("transformers.utils.logging", "is_progress_bar_enabled", "enable_progress_bar", "disable_progress_bar"),
+    "datasets": ("datasets.utils.logging", "is_progress_bar_enabled", "enable_progress_bar", "disable_progress_bar"),
+}
+
+
+def progress_bars() -> dict[str, bool]:
+    """Whether each library's bars are on now (on, for a library not imported yet: its default)."""
+    import importlib
+
+    states = {}
+    for library, (module, is_on, _, _) in PROGRESS_BAR_SWITCHES.items():
+        states[library] = bool(getattr(importlib.import_module(module), is_on)()) if library in sys.modules else True
+    return states
+
+
+def restore_progress_bars(states: dict[str, bool]) -> None:
+    import importlib
+
+    for library, (module, is_on, enable, disable) in PROGRESS_BAR_SWITCHES.items():
+        if library in sys.modules:
+            switches = importlib.import_module(module)
+            if bool(getattr(switches, is_on)()) != states[library]:
+                getattr(switches, enable if states[library] else disable)()
 
 
 # Loggers a call of drydock sets the level of, itself or through a library it imports: drydock's
@@ -188,11 +218,16 @@ class SavedLogging:
         return cls(loggers, {key: os.environ.get(key) for key in (MLFLOW_LEVEL_VARIABLE, RAY_LOGS_VARIABLE)})
 
     def restore(self) -> None:
+        """Every level as it was; handlers and propagation too for drydock's own loggers. A
+        library's logger keeps the handler and propagation the library gave it when it was first
+        imported during the call (Ray's, transformers'): removing them would send its lines
+        through the caller's root handlers instead."""
         for name, (level, handlers, propagate) in self.loggers.items():
             lg = logging.getLogger(name)
             lg.setLevel(level)
-            lg.handlers[:] = handlers
-            lg.propagate = propagate
+            if name in (LOGGER, *MODULE_LOGGERS):
+                lg.handlers[:] = handlers
+                lg.propagate = propagate
         for key, value in self.env.items():
             if value is None:
                 os.environ.pop(key, None)

@@ -28,7 +28,6 @@ import os
 import sys
 from pathlib import Path
 
-from drydock.api import prepare_output as prepare_output
 from pipeline.cli import logs, outputs
 from pipeline.errors import EXIT_FAILED as EXIT_FAILED
 from pipeline.errors import EXIT_UNREACHABLE as EXIT_UNREACHABLE
@@ -175,10 +174,8 @@ def cmd_methods(args: argparse.Namespace) -> int:
 def cmd_train(args: argparse.Namespace) -> int:
     import drydock
 
-    spec = drydock.load_spec(args.spec, args.overrides)
-    workdir = args.workdir or Path("runs")
-    prepare_output(args.output, args.replace, keep=[Path.cwd(), workdir, Path(args.spec)])  # the spec's file is kept too
-    result = drydock.train(spec, args.method, args.output, workdir=workdir, seed=args.seed)
+    result = drydock.train(args.spec, args.method, args.output, overrides=args.overrides, workdir=args.workdir or Path("runs"),
+                           seed=args.seed, replace=args.replace)
     m = result.metrics
     teacher = f", teacher {m['teacher_metric']:.4f}" if m.get("teacher_metric") is not None else ""
     print(

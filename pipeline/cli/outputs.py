@@ -76,7 +76,7 @@ def where_to_look(spec: SweepSpec, store: WorkStore, champion: Callable[[str, st
     printed where they are kept (a folder or a URI). `champion(uri, name)`: the champion's
     version (default: asked of the registry)."""
     from pipeline.select.champion import CHAMPION
-    from pipeline.tracking import tracking_uri
+    from pipeline.tracking import redacted, tracking_uri
     from pipeline.workdir import PARETO_PNG, REPORT_HTML, REPORT_MD, RESULTS_FILE
 
     name = spec.name
@@ -85,7 +85,7 @@ def where_to_look(spec: SweepSpec, store: WorkStore, champion: Callable[[str, st
         report.append(store.uri(f"{name}/{REPORT_HTML}"))
     uri = tracking_uri(spec, store.local)  # the store the sweep wrote (pipeline.sweep: SweepTracker(spec, local))
     if uri.startswith(("http://", "https://")):
-        mlflow = f"{uri} (the tracking server's own UI)"
+        mlflow = f"{redacted(uri)} (the tracking server's own UI)"
     else:
         mlflow = f"mlflow ui --backend-store-uri {shlex.quote(uri)}"
     model = spec.registered_model_name

@@ -30,11 +30,13 @@ from pipeline.errors import SpecError
 _ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 
-def _expand_env(node: Any, path: str, problems: list[str]) -> Any:
+def _expand_env(node: Any, path: str, problems: list[str], written: dict[str, tuple[str, Any]] | None = None) -> Any:
+    """`${VAR}` and `${VAR:-default}` replaced by the environment's values; `written` collects each
+    path that held one, as (the text as written, its value), for `spec_as_written`."""
     if isinstance(node, dict):
-        return {k: _expand_env(v, f"{path}.{k}" if path else str(k), problems) for k, v in node.items()}
+        return {k: _expand_env(v, f"{path}.{k}" if path else str(k), problems, written) for k, v in node.items()}
     if isinstance(node, list):
-        return [_expand_env(v, f"{path}[{i}]", problems) for i, v in enumerate(node)]
+        return [_expand_env(v, f"{path}[{i}]", problems, written) for i, v in enumerate(node)]
     if isinstance(node, str) and "${" in node:
 
         def sub(m: re.Match[str]) -> str:
@@ -48,7 +50,10 @@ def _expand_env(node: Any, path: str, problems: list[str]) -> Any:
             return value
 
         expanded = _ENV.sub(sub, node)
-        return None if expanded == "" and node.strip().startswith("${") else expanded
+        value = None if expanded == "" and node.strip().startswith("${") else expanded
+        if written is not None:
+            written[path] = (node, value)
+        return value
     return node
 
 
@@ -217,11 +222,14 @@ def spec_from_dict(raw: dict[str, Any], overrides: list[str] | None = None) -> S
     raw = apply_overrides(raw, overrides or [])
     _check_size(raw)  # a --set value is YAML too
     problems: list[str] = []
-    raw = _expand_env(raw, "", problems)
+    written: dict[str, tuple[str, Any]] = {}
+    raw = _expand_env(raw, "", problems, written)
     if problems:
         raise SpecError(problems)
     try:
         spec = SweepSpec.model_validate(raw)
+        loaded = spec_to_dict(spec)  # each templated field as validated (`"3"` read as 3.0): what "unchanged" means later
+        spec._written = {path: (text, _lookup(loaded, path)) for path, (text, _) in written.items()}
     except ValidationError as e:
         problems = error_lines(e)
         partial, left_out = _without_errors(raw, e)
@@ -261,4 +269,42 @@ def _without_errors(raw: dict[str, Any], error: ValidationError) -> tuple[SweepS
 def spec_to_dict(spec: SweepSpec) -> dict[str, Any]:
     """A plain dict that round-trips through `spec_from_dict` (what Ray ships to workers)."""
     return spec.model_dump(mode="json")
+
+
+_PATH_PART = re.compile(r"([^.\[\]]+)|\[(\d+)\]")
+
+
+def spec_as_written(spec: SweepSpec) -> dict[str, Any]:
+    """`spec_to_dict` with each field that held a `${VAR}` written as it was, not as its value:
+    what a run stores (spec.json, the MLflow parent run's artifact), so that a credential or a
+    host-specific path passed through the environment is never written down. A field whose value
+    changed since it was read (a pinned revision) keeps the new value."""
+    data = spec_to_dict(spec)
+    for path, (text, value) in spec._written.items():
+        parts = _parts(path)
+        node = _lookup(data, parts[:-1])
+        if parts and value is not None and _child(node, parts[-1]) == value:
+            node[parts[-1]] = text
+    return data
+
+
+def _parts(path: str) -> list[str | int]:
+    """`selection.runtimes[1]` → ["selection", "runtimes", 1]: the loader's paths, as keys and indexes."""
+    return [m.group(1) if m.group(1) is not None else int(m.group(2)) for m in _PATH_PART.finditer(path)]
+
+
+def _lookup(data: Any, path: str | list[str | int]) -> Any:
+    node = data
+    for part in _parts(path) if isinstance(path, str) else path:
+        node = _child(node, part)
+    return node
+
+
+def _child(node: Any, part: str | int) -> Any:
+    """`node[part]` where the path still leads somewhere (a dict's key, a list's index), else None."""
+    if isinstance(node, dict):
+        return node.get(part)
+    if isinstance(node, list) and isinstance(part, int) and part < len(node):
+        return node[part]
+    return None
 

@@ -10,6 +10,8 @@ from typing import Any
 from pydantic import BaseModel
 from pydantic_core import PydanticCustomError
 
+from pipeline.errors import redacted
+
 
 def did_you_mean(word: str, known: Any, prefix: str = "") -> str:
     """`; did you mean <prefix><closest>?` when one of `known` is a likely typo's target, else ''.
@@ -69,7 +71,7 @@ def format_error(err: Mapping[str, Any], schema: type[BaseModel] | None = None, 
         msg = NUMBER_EXPECTED[err["type"]]
     given = err.get("input")
     if err["type"] not in ("extra_forbidden", "missing") and not isinstance(given, (dict, list)):
-        shown = repr(given)
+        shown = repr(redacted(given) if isinstance(given, str) and "://" in given else given)  # a URI's password never echoed
         msg = f"{msg} (got {shown if len(shown) <= 80 else shown[:60] + '…'})"
     return f"{loc}: {msg}"
 

@@ -23,6 +23,7 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    PrivateAttr,
     ValidationError,
     ValidationInfo,
     field_validator,
@@ -788,6 +789,9 @@ class SweepSpec(_Model):
     resources: Annotated[ResourcesConfig, HOW_IT_RUNS] = ResourcesConfig()
     tracking: Annotated[TrackingConfig, NOT_FINGERPRINTED] = TrackingConfig()  # where its records go
     selection: SelectionConfig = SelectionConfig()
+    # each field that held a `${VAR}`: path → (as written, its value), set by the loader; what a run
+    # writes down is the spec as written (`pipeline.config.spec_as_written`), never a secret's value
+    _written: dict[str, tuple[str, Any]] = PrivateAttr(default_factory=dict)
 
     @field_validator("methods", mode="wrap")
     @classmethod

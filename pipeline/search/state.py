@@ -29,11 +29,11 @@ from typing import Any
 import mlflow
 
 from pipeline import results as results_table
-from pipeline.config import RAY_STORAGE_SCHEMES, SweepSpec, spec_to_dict
+from pipeline.config import RAY_STORAGE_SCHEMES, SweepSpec, spec_as_written, spec_to_dict
 from pipeline.errors import DrydockError
 from pipeline.prepare.revisions import pin_revisions
 from pipeline.storage import WorkStore
-from pipeline.tracking import SweepTracker, flatten_params
+from pipeline.tracking import SweepTracker, flatten_params, redacted
 from pipeline.workdir import RUNS_DIR, SPEC_FILE, STATE_FILE, TRAIN_DIR, TRIALS_DIR, TUNE_DIR, atomic_write, resume_exempt, run_dir
 from pipeline.workdir import read_state as read_state
 
@@ -126,7 +126,8 @@ def check_resumable(spec: SweepSpec, saved: Path, run_id: str) -> None:
     if not saved.is_file():  # killed before its spec was saved: nothing has trained yet
         return
     before = _saved_params(saved)
-    now = flatten_params(spec_to_dict(spec))
+    now = flatten_params(spec_as_written(spec))  # spec.json holds a `${VAR}` as written
+    values = flatten_params(spec_to_dict(spec))  # a run saved before it did holds the value
     # label names the run read from its hub dataset's ClassLabel column (`pinned_task`) are in its
     # spec.json and not in a spec that leaves them to the dataset: not a change
     read_from_data = {k for k in before if k.startswith("task.label_names") and now.get(k) is None}
@@ -134,7 +135,7 @@ def check_resumable(spec: SweepSpec, saved: Path, run_id: str) -> None:
     if now.get("train.bf16") == "auto" and before.get("train.bf16") in ("on", "off"):
         read_from_data.add("train.bf16")
     changed = sorted(k for k in before.keys() | now.keys()
-                     if before.get(k) != now.get(k) and not _may_differ(k) and k not in read_from_data)
+                     if before.get(k) not in (now.get(k), values.get(k)) and not _may_differ(k) and k not in read_from_data)
     if changed:
         shown = ", ".join(changed[:8]) + (f" and {len(changed) - 8} more" if len(changed) > 8 else "")
         raise DrydockError(f"--resume: the spec differs from the one run {run_id} started with ({shown}); "
@@ -237,7 +238,7 @@ def close_previous(run: SweepRun, tracker: SweepTracker, log: Callable[[str], No
     try:
         parent_killed, killed = tracker.close_abandoned(parent)
     except Exception as e:
-        log(f"warning: run {previous}: its MLflow runs left RUNNING in {tracker.uri} were not closed: {type(e).__name__}: "
+        log(f"warning: run {previous}: its MLflow runs left RUNNING in {redacted(tracker.uri)} were not closed: {type(e).__name__}: "
             f"{(str(e).strip().splitlines() or [''])[0][:200]}")
         return
     if parent_killed or killed:
@@ -270,10 +271,11 @@ def start_run(run: SweepRun, spec: SweepSpec, tracker: SweepTracker, params: dic
             tracker.client.update_run(tracker.parent_id, status="RUNNING")
         except mlflow.exceptions.MlflowException as e:
             raise DrydockError(f"--resume: run {paths.run_id}'s MLflow parent run {tracker.parent_id} is not in the tracking store "
-                               f"{tracker.uri} ({str(e).strip().splitlines()[0][:200]}); run without --resume to start a new run") from None
+                               f"{redacted(tracker.uri)} ({str(e).strip().splitlines()[0][:200]}); run without --resume to start a new run") from None
     else:
         tracker.start_parent(resume=False)
-        atomic_write(paths.spec_file, json.dumps(spec_to_dict(spec), indent=2))  # a --resume compares against it
+        # as written: a `${VAR}` (a credential in tracking.uri) is kept as `${VAR}`; a --resume compares against it
+        atomic_write(paths.spec_file, json.dumps(spec_as_written(spec), indent=2))
         tracker.log_parent_artifact(paths.spec_file)
         metrics = {f"teacher/{k.split('/', 1)[-1]}": v for k, v in teacher_metrics.items() if isinstance(v, (int, float))}
         tracker.log_parent(params=params, metrics=metrics)

@@ -62,13 +62,14 @@ def load_predictor(ref: str, max_length: int | None, tracking_uri: str | None = 
         from mlflow.exceptions import MlflowException
 
         from pipeline.select.registry import tracking
+        from pipeline.tracking import redacted
 
         uri = tracking_uri or mlflow.get_tracking_uri()
         with tracking(uri):
             try:
                 model = mlflow.pyfunc.load_model(ref, model_config=registered_code(ref, uri))
             except MlflowException as e:
-                raise DrydockError(f"{ref}: cannot be loaded from the registry at {uri} ({e.message.splitlines()[0]})") from None
+                raise DrydockError(f"{ref}: cannot be loaded from the registry at {redacted(uri)} ({e.message.splitlines()[0]})") from None
         return lambda inputs: pd.DataFrame(model.predict(inputs))
     folder = Path(ref)
     if not (folder / "config.json").is_file():

@@ -67,6 +67,7 @@ from pipeline.select.champion import (
     tag_number,
 )
 from pipeline.select.dev_set import DevSet
+from pipeline.tracking import redacted
 
 PYFUNC_MODULE = pyfunc_module(EAGER)  # the student pyfunc: every eager runtime's (`pipeline.measure.runtimes`)
 Flavor = Literal["auto", "transformers", "pyfunc"]
@@ -346,7 +347,7 @@ def _exists(client: MlflowClient, name: str) -> bool:
 
 def require_model(client: MlflowClient, name: str, uri: str) -> None:
     if not _exists(client, name):
-        raise DrydockError(f"registered model {name!r} not found at {uri}")
+        raise DrydockError(f"registered model {name!r} not found at {redacted(uri)}")
 
 
 # ----------------------------------------------------------------------------------------------

@@ -316,8 +316,16 @@ def test_ray_and_drydock_containers_run_the_drydock_image_built_by_the_dockerfil
     assert f"WORKDIR {IMAGE_HOME}" in dockerfile, "commands `cd` there and specs are named relative to it"
     assert re.search(rf"DRYDOCK_HOME={IMAGE_HOME}\b", dockerfile), "specs find their presets through DRYDOCK_HOME"
     assert re.search(rf"pip install [^\n]*{IMAGE_HOME}", dockerfile), "the image installs the project"
-    for part in ("pyproject.toml", "pipeline", "methods", "cluster"):
+    import tomllib
+
+    # every package the distribution installs (pyproject's packages.find), read from there: a new
+    # one (the `drydock` API, which the command imports) cannot be left out of the image
+    found = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]["include"]
+    packages = sorted({pattern.rstrip("*") for pattern in found})
+    assert {"drydock", "pipeline", "methods"} <= set(packages)
+    for part in ("pyproject.toml", *packages, "cluster"):
         assert re.search(rf"^COPY .*\b{part}\b", dockerfile, re.MULTILINE), f"the image lacks {part}"
+    assert re.search(r"python -c \"import drydock, pipeline\.cli", dockerfile), "the image's own check imports the API"
 
 
 def test_ray_pods_mount_the_shared_work_directory_and_a_large_shm():

@@ -69,6 +69,10 @@ def test_the_schema_the_methods_and_the_teachers_limits_are_checked_in_one_pass(
     assert "task.max_seq_length: 5000 exceeds the teacher's 512 positions (teacher.architecture); use at most 512" in problems
     assert "student.num_layers: 9 layers exceed the teacher's 4 (teacher.architecture)" in problems
     assert len(problems) == 4
+    # a section with a field left out is not judged on the rest of it (tpe's budget under the default grid)
+    with pytest.raises(drydock.SpecError) as caught:
+        drydock.validate(SMOKE, ["search.algorithm=tpee", "search.num_configurations=1"])
+    assert caught.value.problems == ["search.algorithm: 'tpee' is not one of grid, random, tpe, motpe, nsga2; did you mean tpe?"]
     # a field in error that the other checks read is left out, not judged at a value it does not have
     with pytest.raises(drydock.SpecError) as caught:
         drydock.validate(SMOKE, ["task.max_seq_length=abc"])
@@ -143,6 +147,7 @@ CALLS = textwrap.dedent("""
     drydock.methods()
     try:
         drydock.validate(spec, ["train.epochs=0"])
+        raise SystemExit("train.epochs=0 validated")
     except drydock.SpecError:
         pass
     print(json.dumps({n: [before[n], v] for n, v in state().items() if v != before[n]}))
@@ -156,3 +161,19 @@ def test_calls_put_back_every_level_they_or_the_libraries_they_import_touched(tm
     out = subprocess.run([sys.executable, "-c", CALLS, str(SMOKE)], cwd=tmp_path, capture_output=True, text=True, timeout=180)
     assert out.returncode == 0, out.stderr[-3000:]
     assert json.loads(out.stdout.splitlines()[-1]) == {}
+
+
+def test_train_checks_the_method_before_it_empties_the_output_and_never_empties_the_specs_folder(tmp_path):
+    """`replace` empties the folder only once everything else is known good: a mistyped method
+    costs nothing (it emptied the folder first before); and a folder holding the spec is refused."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "keep.txt").write_text("an earlier run's")
+    with pytest.raises(drydock.DrydockError, match=r"--method: unknown method 'kdd'.*did you mean kd\?"):
+        drydock.train(SMOKE, "kdd", out, replace=True, workdir=tmp_path / "runs")
+    assert (out / "keep.txt").read_text() == "an earlier run's"
+    spec = out / "spec.yaml"
+    spec.write_text(SMOKE.read_text())
+    with pytest.raises(drydock.DrydockError, match=r"--output: .* holds .*spec.yaml; --replace would delete it"):
+        drydock.train(spec, "kd", out, replace=True, workdir=tmp_path / "runs")
+    assert (out / "keep.txt").is_file() and spec.is_file()

@@ -107,3 +107,40 @@ def test_resume_accepts_another_number_of_kept_checkpoints_and_a_spec_saved_befo
     check_resumable(spec_from_dict(RAW), spec_file, "r")
     with pytest.raises(DrydockError, match=r"selection\.runtimes"):  # set to other than the default: a change
         check_resumable(spec_from_dict(RAW, ["selection.runtimes=[torch]"]), spec_file, "r")
+
+
+def test_a_secret_passed_through_the_environment_is_stored_as_written_and_resumes(tmp_path, monkeypatch):
+    """spec.json, and the parent run's copy of it in MLflow, hold `${VAR}` as the spec wrote it,
+    never the credential it expanded to; a resume compares as written (the same spec resumes, a
+    field written otherwise is still a change; the variable's value is not recorded, so it is
+    not compared), and a spec.json written before, which holds the values, still resumes."""
+    monkeypatch.setenv("DRYDOCK_TEST_URI", f"sqlite:///{tmp_path / 'secret-user:hunter2.db'}")
+    monkeypatch.setenv("DRYDOCK_TEST_EPOCHS", "3")
+    raw = {**RAW, "tracking": {"uri": "${DRYDOCK_TEST_URI}"}, "train": {"epochs": "${DRYDOCK_TEST_EPOCHS}"}}
+    spec, workdir = spec_from_dict(raw), tmp_path / "w"
+    assert spec.tracking.uri.endswith("secret-user:hunter2.db") and spec.train.epochs == 3
+    run = open_run(spec, workdir / "s", resume=False, log=print)
+    tracker = SweepTracker(spec, workdir)
+    start_run(run, spec, tracker, params={"task": "synthetic"}, teacher_metrics={})
+    text = run.paths.spec_file.read_text()
+    assert "hunter2" not in text and json.loads(text)["tracking"]["uri"] == "${DRYDOCK_TEST_URI}"
+    assert json.loads(text)["train"]["epochs"] == "${DRYDOCK_TEST_EPOCHS}"
+    logged = tracker.client.download_artifacts(tracker.parent_id, "spec.json", str(tmp_path / "dl"))
+    assert "hunter2" not in open(logged).read()
+
+    check_resumable(spec_from_dict(raw), run.paths.spec_file, "r")  # the same spec, the same environment
+    with pytest.raises(DrydockError, match=r"\(train.epochs\)"):  # the field written otherwise: a change
+        check_resumable(spec_from_dict({**raw, "train": {"epochs": 5}}), run.paths.spec_file, "r")
+    run.paths.spec_file.write_text(json.dumps(spec_to_dict(spec)))  # as runs before this change wrote it: the values
+    check_resumable(spec_from_dict(raw), run.paths.spec_file, "r")
+
+
+def test_a_field_changed_after_loading_keeps_its_new_value_as_written():
+    from pipeline.config import spec_as_written
+
+    spec = spec_from_dict({**RAW, "name": "${DRYDOCK_NO_SUCH_VAR:-s}", "seeds": ["${DRYDOCK_NO_SUCH_VAR:-7}", 8]})
+    assert spec.name == "s" and spec.seeds == [7, 8]
+    written = spec_as_written(spec)
+    assert written["name"] == "${DRYDOCK_NO_SUCH_VAR:-s}" and written["seeds"] == ["${DRYDOCK_NO_SUCH_VAR:-7}", 8]
+    renamed = spec.model_copy(update={"name": "other"})  # a value set since (a pinned revision): kept
+    assert spec_as_written(renamed)["name"] == "other"
