@@ -29,6 +29,7 @@ from pipeline.errors import DrydockError
 METADATA_FILE = "drydock.json"  # written by pipeline.training.export.save_student
 CODE_FILES_KEY = "code_files"  # drydock.json: {relative path of each .py file: its SHA-256}
 CODE_DIGEST_KEY = "code_sha256"  # drydock.json and the registry's tags: `combined_digest` of those
+WEIGHTS_FILES_KEY = "weights_files"  # drydock.json: {relative path of each .safetensors file: its SHA-256}
 CONFIG_FILES = ("config.json", "tokenizer_config.json")  # where transformers finds custom classes
 SEE = "docs/security.md"
 
@@ -48,6 +49,36 @@ def code_record(folder: Path) -> dict[str, Any]:
     """What an export adds to drydock.json: its code's digests ({} for a folder without code)."""
     digests = file_digests(folder)
     return {CODE_FILES_KEY: digests, CODE_DIGEST_KEY: combined_digest(digests)} if digests else {}
+
+
+def weights_record(folder: Path) -> dict[str, Any]:
+    """What an export adds to drydock.json beside its code's digests: its weights' digests, so a
+    `model.safetensors` copied in from another student is refused instead of evaluated."""
+    folder = Path(folder)
+    return {WEIGHTS_FILES_KEY: {p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+                                for p in sorted(folder.rglob("*.safetensors"))}}
+
+
+def check_weights(folder: Path) -> None:
+    """Every weights file drydock.json records has the recorded SHA-256, and no other weights
+    file lies beside them; a `DrydockError` naming the file otherwise. A folder without a record
+    (a teacher, an export written before records were kept) is not checked."""
+    path = Path(folder) / METADATA_FILE
+    if not path.is_file():
+        return
+    try:
+        recorded = json.loads(path.read_text()).get(WEIGHTS_FILES_KEY)
+    except (UnicodeDecodeError, ValueError, AttributeError):
+        raise DrydockError(f"{path}: not a JSON object; the folder's weights cannot be checked") from None
+    if not isinstance(recorded, dict) or not recorded:
+        return
+    actual = weights_record(Path(folder))[WEIGHTS_FILES_KEY]
+    for name in sorted(set(actual) | set(recorded)):
+        if actual.get(name) != recorded.get(name):
+            why = ("is not recorded" if name not in recorded else "is missing" if name not in actual
+                   else f"has SHA-256 {actual[name]}, but {recorded[name]} was recorded at export")
+            raise DrydockError(f"{Path(folder) / name}: this weights file {why} in {METADATA_FILE}: the folder's weights are "
+                               "not the exported ones (copied from another model?); refusing to load it")
 
 
 def _class_refs(value: Any) -> list[str]:
@@ -112,8 +143,10 @@ def code_mismatch(folder: Path, recorded: dict[str, str]) -> str | None:
 def remote_code(folder: str | Path, recorded: dict[str, str] | None = None) -> bool:
     """`trust_remote_code` for loading `folder`: False for a stock architecture; True for custom
     code that is exactly the recorded code (`recorded`, default drydock.json's record);
-    otherwise a `DrydockError` naming the file, and nothing is imported."""
+    otherwise a `DrydockError` naming the file, and nothing is imported. Every loader asks this
+    first, so the weights are checked here too (`check_weights`)."""
     folder = Path(folder)
+    check_weights(folder)
     named = named_code(folder)
     if not named:
         return False

@@ -34,7 +34,7 @@ from methods import get_method
 from methods.base import Method, TaskInfo, logits_of
 from pipeline.errors import DrydockError
 from pipeline.prepare.model_card import write_card
-from pipeline.prepare.remote_code import code_record, remote_code
+from pipeline.prepare.remote_code import code_record, remote_code, weights_record
 from pipeline.prepare.stage import Prepared
 from pipeline.training.batches import collate
 from pipeline.workdir import STUDENT_DIR
@@ -118,7 +118,8 @@ def save_student(
     model.save_pretrained(folder)  # safetensors: transformers 5 writes nothing else
     tokenizer.save_pretrained(folder)
     facts = {"task": task.name, **method_facts(metadata.get("method"), metadata.get("params"))}
-    metadata = {**facts, **metadata, **code_record(folder)}  # the digests of its custom code, if it ships any
+    # the digests of its custom code, if it ships any, and of its weights (`pipeline.prepare.remote_code`)
+    metadata = {**facts, **metadata, **code_record(folder), **weights_record(folder)}
     (folder / METADATA_FILE).write_text(json.dumps(metadata, indent=2, sort_keys=True, default=str))
     write_card(folder)  # after drydock.json, which it is rendered from; README.md is no code, so no digest covers it
     return folder

@@ -35,3 +35,42 @@ def test_the_configs_name_the_code_they_import_and_code_of_another_repository_is
     (tmp_path / "config.json").write_text(json.dumps({"auto_map": {"AutoModel": "other/repo--modeling.Model"}}))
     with pytest.raises(DrydockError, match="names code from another repository"):
         named_code(tmp_path)
+
+
+def test_weights_copied_in_from_another_student_are_refused_by_every_loader(tmp_path, tiny_tokenizer):
+    """drydock.json records the SHA-256 of each weights file; `remote_code`, which every loader
+    asks first (the export's check, latency, the registry, `drydock eval`), refuses a folder whose
+    `model.safetensors` is another model's, or has a weights file added or taken away."""
+    import json
+    import shutil
+
+    import pytest
+    from safetensors.torch import load_file, save_file
+
+    from pipeline.errors import DrydockError
+    from pipeline.prepare.remote_code import WEIGHTS_FILES_KEY, remote_code
+    from pipeline.select.evaluate import load_predictor
+    from tests.unit.prepare.test_model_card import cofi_export, stock_export
+
+    one, _ = stock_export(tmp_path / "one", tiny_tokenizer)
+    other = tmp_path / "other"  # another student of the same shape: its weights moved a little
+    other.mkdir()
+    weights = load_file(one / "model.safetensors")
+    save_file({name: t + 0.01 for name, t in weights.items()}, other / "model.safetensors", metadata={"format": "pt"})
+    recorded = json.loads((one / "drydock.json").read_text())[WEIGHTS_FILES_KEY]
+    assert list(recorded) == ["model.safetensors"] and len(recorded["model.safetensors"]) == 64
+    assert remote_code(one) is False  # as exported: loads
+
+    shutil.copyfile(other / "model.safetensors", one / "model.safetensors")
+    with pytest.raises(DrydockError, match=r"one/model.safetensors: this weights file has SHA-256 \w+, but \w+ was recorded"):
+        remote_code(one)
+    with pytest.raises(DrydockError, match=r"not the exported ones"):
+        load_predictor(str(one), max_length=None)  # `drydock eval` of the folder
+    (one / "model.safetensors").unlink()
+    with pytest.raises(DrydockError, match=r"model.safetensors: this weights file is missing"):
+        remote_code(one)
+    cofi = cofi_export(tmp_path / "cofi", tiny_tokenizer)
+    assert remote_code(cofi) is True
+    shutil.copyfile(other / "model.safetensors", cofi / "extra.safetensors")
+    with pytest.raises(DrydockError, match=r"extra.safetensors: this weights file is not recorded"):
+        remote_code(cofi)
