@@ -92,6 +92,42 @@ def uses_default_store(spec: SweepSpec) -> bool:
     return not spec.tracking.uri and not os.environ.get("MLFLOW_TRACKING_URI")
 
 
+# Where the sweep's own SQLite store (`<workdir>/mlflow.db`) holds absolute artifact locations.
+RELOCATED_COLUMNS = (("experiments", "artifact_location"), ("runs", "artifact_uri"), ("logged_models", "artifact_location"),
+                     ("model_versions", "storage_location"), ("model_versions", "source"))
+
+
+def relocate_artifacts(db: Path, workdir: Path) -> list[str]:
+    """Point the work directory's own store at the work directory's own `mlartifacts`.
+
+    MLflow keeps absolute `file://` locations in its store: an experiment's artifact location,
+    each run's, each logged model's and model version's. A work directory copied elsewhere (a
+    backup restored, a sweep moved to a bigger disk) would go on writing its artifacts into the
+    original's folder, and read them from there. So every location under another folder's
+    `mlartifacts` is rewritten to this one's, before MLflow opens the store; returns the roots
+    moved from (empty when nothing was)."""
+    import sqlite3
+
+    if not db.is_file():
+        return []
+    here = (workdir / ARTIFACTS_DIR).resolve().as_uri()
+    with sqlite3.connect(db) as connection:
+        tables = {name for (name,) in connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if "experiments" not in tables:
+            return []
+        roots = sorted({loc.rstrip("/") for (loc,) in connection.execute("SELECT artifact_location FROM experiments")
+                        if isinstance(loc, str) and loc.startswith("file://") and loc.rstrip("/").endswith(f"/{ARTIFACTS_DIR}")
+                        and loc.rstrip("/") != here})
+        for root in roots:
+            for table, column in RELOCATED_COLUMNS:
+                columns = {row[1] for row in connection.execute(f"PRAGMA table_info({table})")} if table in tables else set()
+                if column in columns:  # `root` itself, or a path under it
+                    connection.execute(f"UPDATE {table} SET {column} = ? || substr({column}, ?) "
+                                       f"WHERE {column} = ? OR substr({column}, 1, ?) = ?",
+                                       (here, len(root) + 1, root, len(root) + 1, root + "/"))
+    return roots
+
+
 def ensure_experiment(client: MlflowClient, name: str, workdir: Path, artifact_root: str | None = None) -> str:
     """Created with an explicit artifact location: the default is the creating process's cwd.
     `artifact_root`: where a file-based store's artifacts go instead of `<workdir>/mlartifacts`
@@ -166,6 +202,9 @@ class SweepTracker:
         self.uri = tracking_uri(spec, workdir)
         source = "tracking.uri" if spec.tracking.uri else "MLFLOW_TRACKING_URI" if os.environ.get("MLFLOW_TRACKING_URI") else "tracking"
         check_reachable(self.uri, source)  # seconds, not MLflow's minutes of retries, for a server that is not there
+        self.moved_from: list[str] = []  # the artifact roots a copied work directory's store pointed at
+        if uses_default_store(spec) and artifact_root is None:  # its own store: a copied work directory writes here
+            self.moved_from = relocate_artifacts(workdir / TRACKING_DB, workdir)
         try:
             self.client = MlflowClient(self.uri)
             self.experiment_id = ensure_experiment(self.client, spec.experiment_name, workdir, artifact_root)

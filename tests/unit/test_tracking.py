@@ -84,3 +84,33 @@ def test_a_gateway_without_its_server_is_unreachable_and_a_server_that_answers_i
     with pytest.raises(DrydockError, match=r"^tracking.uri: cannot use the MLflow tracking store") as refused:
         SweepTracker(spec, tmp_path)
     assert getattr(refused.value, "exit_code", USAGE) == USAGE
+
+
+def test_a_copied_work_directory_writes_its_artifacts_into_itself(tmp_path, monkeypatch):
+    """MLflow keeps absolute artifact locations in the store: a work directory copied elsewhere
+    went on writing into the original. The sweep's own store is pointed at its own mlartifacts
+    before MLflow opens it; the runs logged before the copy read from the copy too."""
+    import shutil
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    spec = spec_from_dict(SPEC)
+    first, copy = tmp_path / "first", tmp_path / "copy"
+    first.mkdir()
+    tracker = SweepTracker(spec, first)
+    old_run = tracker.start_parent(resume=False)
+    (tmp_path / "note.txt").write_text("logged before the copy")
+    tracker.client.log_artifact(old_run, str(tmp_path / "note.txt"))
+    assert tracker.moved_from == []
+    shutil.copytree(first, copy)
+
+    moved = SweepTracker(spec, copy)
+    assert moved.moved_from == [(first / "mlartifacts").resolve().as_uri()]
+    experiment = moved.client.get_experiment(moved.experiment_id)
+    assert experiment.artifact_location == (copy / "mlartifacts").resolve().as_uri()
+    new_run = moved.start_parent(resume=False)
+    (tmp_path / "later.txt").write_text("logged after")
+    moved.client.log_artifact(new_run, str(tmp_path / "later.txt"))
+    assert sorted(p.name for p in (copy / "mlartifacts").rglob("*.txt")) == ["later.txt", "note.txt"]
+    assert [p.name for p in (first / "mlartifacts").rglob("*.txt")] == ["note.txt"]  # the original is left alone
+    assert moved.client.get_run(old_run).info.artifact_uri.startswith((copy / "mlartifacts").resolve().as_uri() + "/")
+    assert SweepTracker(spec, copy).moved_from == []  # once moved, nothing more to move
