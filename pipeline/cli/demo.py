@@ -60,7 +60,8 @@ def put_in_readme(readme: str, tables: str) -> str:
     pattern = re.compile(re.escape(FRONT_BEGIN) + r".*?" + re.escape(FRONT_END), re.S)
     if not pattern.search(readme):
         raise SystemExit(f"README.md has no block between {FRONT_BEGIN!r} and {FRONT_END!r}")
-    block = f"{FRONT_BEGIN}\n\n```text\n{tables.rstrip()}\n```\n\n{FRONT_END}"
+    text = "\n".join(line.rstrip() for line in tables.rstrip().splitlines())  # rich pads its lines to the width
+    block = f"{FRONT_BEGIN}\n\n```text\n{text}\n```\n\n{FRONT_END}"
     return pattern.sub(lambda _: block, readme)
 
 
