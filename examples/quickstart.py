@@ -11,6 +11,7 @@
 # (the test suite does, `tests/integration/api/test_example.py`).
 
 # %%
+import importlib.util
 import os
 
 import drydock
@@ -35,7 +36,7 @@ print(plan)
 
 # %%
 result = drydock.sweep(spec, workdir=WORKDIR)
-result  # a notebook shows the front and the champion
+result  # noqa: B018 - a notebook shows the front and the champion
 
 # %% [markdown]
 # ## 3. The front
@@ -47,8 +48,6 @@ print(result.front[["config", "metric_mean", "latency_ms", "speedup", "num_param
 print(f"plot: {result.plot}\nreport: {result.report}")
 
 # %%
-import importlib.util
-
 if importlib.util.find_spec("IPython") and os.path.isfile(result.plot):  # in a notebook, for a local work directory
     from IPython.display import Image, display
 

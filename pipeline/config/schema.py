@@ -793,6 +793,14 @@ class SweepSpec(_Model):
     # writes down is the spec as written (`pipeline.config.spec_as_written`), never a secret's value
     _written: dict[str, tuple[str, Any]] = PrivateAttr(default_factory=dict)
 
+    def __eq__(self, other: object) -> bool:
+        """Equal fields, equal specs: how a field was written (`_written`) is not part of what it says."""
+        if not isinstance(other, SweepSpec):
+            return NotImplemented
+        return type(self) is type(other) and self.__dict__ == other.__dict__
+
+    __hash__ = _Model.__hash__
+
     @field_validator("methods", mode="wrap")
     @classmethod
     def _typed_methods(cls, methods: Any, handler: Any) -> dict[str, ParamSpace]:

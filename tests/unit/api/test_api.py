@@ -5,7 +5,6 @@ state left changed, by importing it or by calling it."""
 from __future__ import annotations
 
 import json
-import logging
 import subprocess
 import sys
 import textwrap
