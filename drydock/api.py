@@ -39,12 +39,12 @@ def load_spec(source: SweepSpec | str | os.PathLike[str] | Mapping[str, Any], ov
     from pipeline.cli import logs
 
     with logs.library(show=False):  # the spec's package imports the methods' registry, transformers with it
-        from pipeline.config import SweepSpec, spec_from_dict, spec_to_dict
+        from pipeline.config import SweepSpec, spec_as_written, spec_from_dict
         from pipeline.config import load_spec as read
 
     lines = _override_lines(overrides)
     if isinstance(source, SweepSpec):
-        return spec_from_dict(spec_to_dict(source), lines) if lines else source
+        return spec_from_dict(spec_as_written(source), lines) if lines else source  # its ${VAR}s stay as written
     if isinstance(source, Mapping):
         return spec_from_dict(copy.deepcopy(dict(source)), lines)
     return read(Path(source), lines)

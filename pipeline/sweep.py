@@ -68,6 +68,8 @@ def run_sweep(spec: SweepSpec, workdir: str | Path, *, resume: bool = False, add
     if own_tracking and store.exists(TRACKING_DB):  # the sweep's SQLite store, kept in the work location
         store.fetch(TRACKING_DB, fresh=True)
     tracker = SweepTracker(spec, local, artifact_root=store.uri(ARTIFACTS_DIR) if store.is_remote else None)  # a wrong URI fails here
+    for root in tracker.moved_from:  # a copied work directory: its store pointed at the original's artifacts
+        log(f"tracking: the MLflow store's artifact locations under {root} now point at {local / ARTIFACTS_DIR}")
 
     t0 = time.time()
     prepared = prepare(spec, local)

@@ -16,8 +16,10 @@ from __future__ import annotations
 import copy
 import os
 import re
+import sqlite3
 import time
 from collections.abc import Mapping
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -106,25 +108,31 @@ def relocate_artifacts(db: Path, workdir: Path) -> list[str]:
     original's folder, and read them from there. So every location under another folder's
     `mlartifacts` is rewritten to this one's, before MLflow opens the store; returns the roots
     moved from (empty when nothing was)."""
-    import sqlite3
-
-    if not db.is_file():
+    if not db.is_file() or not (workdir / ARTIFACTS_DIR).is_dir():  # the store copied without its artifacts: leave it
         return []
     here = (workdir / ARTIFACTS_DIR).resolve().as_uri()
-    with sqlite3.connect(db) as connection:
-        tables = {name for (name,) in connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-        if "experiments" not in tables:
-            return []
-        roots = sorted({loc.rstrip("/") for (loc,) in connection.execute("SELECT artifact_location FROM experiments")
-                        if isinstance(loc, str) and loc.startswith("file://") and loc.rstrip("/").endswith(f"/{ARTIFACTS_DIR}")
-                        and loc.rstrip("/") != here})
-        for root in roots:
-            for table, column in RELOCATED_COLUMNS:
-                columns = {row[1] for row in connection.execute(f"PRAGMA table_info({table})")} if table in tables else set()
-                if column in columns:  # `root` itself, or a path under it
-                    connection.execute(f"UPDATE {table} SET {column} = ? || substr({column}, ?) "
-                                       f"WHERE {column} = ? OR substr({column}, 1, ?) = ?",
-                                       (here, len(root) + 1, root, len(root) + 1, root + "/"))
+    try:
+        with closing(sqlite3.connect(db)) as connection, connection:  # one transaction: all moved, or none
+            return _relocate(connection, here)
+    except sqlite3.Error as e:
+        raise DrydockError(f"tracking: the work directory's MLflow store {db} cannot be read or updated ({e}); "
+                           "is it an MLflow SQLite file, and writable?") from None
+
+
+def _relocate(connection: sqlite3.Connection, here: str) -> list[str]:
+    tables = {name for (name,) in connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    if "experiments" not in tables:
+        return []
+    roots = sorted({loc.rstrip("/") for (loc,) in connection.execute("SELECT artifact_location FROM experiments")
+                    if isinstance(loc, str) and loc.startswith("file://") and loc.rstrip("/").endswith(f"/{ARTIFACTS_DIR}")
+                    and loc.rstrip("/") != here})
+    for root in roots:
+        for table, column in RELOCATED_COLUMNS:
+            columns = {row[1] for row in connection.execute(f"PRAGMA table_info({table})")} if table in tables else set()
+            if column in columns:  # `root` itself, or a path under it
+                connection.execute(f"UPDATE {table} SET {column} = ? || substr({column}, ?) "
+                                   f"WHERE {column} = ? OR substr({column}, 1, ?) = ?",
+                                   (here, len(root) + 1, root, len(root) + 1, root + "/"))
     return roots
 
 

@@ -1,4 +1,5 @@
-"""`make demo`: the quickstart end to end on this machine, in under 10 minutes on 2 CPUs.
+"""`make demo`: the quickstart end to end on this machine (sized for 10 minutes on 2 CPUs; it took 25
+on 2026-12-03's slower machine: benchmarks/RESULTS.md, "The 10-minute demo").
 
 Runs `drydock sweep sweeps/quickstart.yaml`: the real all-MiniLM-L6-v2 teacher fine-tuned on
 SST-2, then three 3-layer students on Ray (the fine-tuning baseline, Hinton KD and

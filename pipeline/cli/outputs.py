@@ -87,7 +87,7 @@ def where_to_look(spec: SweepSpec, store: WorkStore, champion: Callable[[str, st
     if uri.startswith(("http://", "https://")):
         mlflow = f"{redacted(uri)} (the tracking server's own UI)"
     else:
-        mlflow = f"mlflow ui --backend-store-uri {shlex.quote(uri)}"
+        mlflow = f"mlflow ui --backend-store-uri {shlex.quote(redacted(uri))}"
     model = spec.registered_model_name
     try:
         version = (champion or champion_of)(uri, model)

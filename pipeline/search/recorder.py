@@ -32,7 +32,7 @@ from pipeline.search.outcome import OUTCOME_FILE, read_outcome
 from pipeline.search.space import Trial, as_trial
 from pipeline.search.state import SweepPaths
 from pipeline.storage import WorkStore
-from pipeline.tracking import SweepTracker
+from pipeline.tracking import SweepTracker, redacted
 from pipeline.training.export import VERIFY_FILE, ExportMismatch, Verifier, load_reference, verify_export
 from pipeline.workdir import METRICS_FILE, STUDENT_DIR, config_id_of
 
@@ -299,7 +299,7 @@ class SweepRecorder(tune.Callback):
             self.log(f"warning: pushing the results table or the tracking store to the work location failed: {type(e).__name__}: {_line(e)}")
         if self.untracked:
             shown = ", ".join(sorted(self.untracked)[:5]) + (" …" if len(self.untracked) > 5 else "")
-            self.log(f"warning: {len(self.untracked)} trial(s) have no MLflow run, the tracking store {self.tracker.uri} failed "
+            self.log(f"warning: {len(self.untracked)} trial(s) have no MLflow run, the tracking store {redacted(self.tracker.uri)} failed "
                      f"({shown}); their rows are in {self.paths.results} without an mlflow_run_id, and `drydock sweep --resume`, "
                      "or the next run of this sweep, writes their runs")
             self.untracked.clear()  # said once

@@ -130,9 +130,9 @@ def check_resumable(spec: SweepSpec, saved: Path, run_id: str) -> None:
     values = flatten_params(spec_to_dict(spec))  # a run saved before it did holds the value
     # label names the run read from its hub dataset's ClassLabel column (`pinned_task`) are in its
     # spec.json and not in a spec that leaves them to the dataset: not a change
-    read_from_data = {k for k in before if k.startswith("task.label_names") and now.get(k) is None}
+    read_from_data = {k for k in before if k.startswith("task.label_names") and values.get(k) is None}
     # `auto` was decided when the run started, and its spec.json holds the decision, which it keeps
-    if now.get("train.bf16") == "auto" and before.get("train.bf16") in ("on", "off"):
+    if values.get("train.bf16") == "auto" and before.get("train.bf16") in ("on", "off"):
         read_from_data.add("train.bf16")
     changed = sorted(k for k in before.keys() | now.keys()
                      if before.get(k) not in (now.get(k), values.get(k)) and not _may_differ(k) and k not in read_from_data)
@@ -165,8 +165,13 @@ def run_revisions(spec: SweepSpec, run: SweepRun) -> SweepSpec:
     if not (run.resuming and run.paths.spec_file.is_file()):
         return pin_revisions(spec)
     saved = json.loads(run.paths.spec_file.read_text())
-    teacher = spec.teacher.model_copy(update={"revision": saved.get("teacher", {}).get("revision")})
-    task_update = {"hub_revision": saved.get("task", {}).get("hub_revision")}
+    revision, hub_revision = saved.get("teacher", {}).get("revision"), saved.get("task", {}).get("hub_revision")
+    if any(isinstance(r, str) and "${" in r for r in (revision, hub_revision)):  # a commit given as ${VAR}: stored as written
+        pinned = pin_revisions(spec)
+        revision = pinned.teacher.revision if isinstance(revision, str) and "${" in revision else revision
+        hub_revision = pinned.task.hub_revision if isinstance(hub_revision, str) and "${" in hub_revision else hub_revision
+    teacher = spec.teacher.model_copy(update={"revision": revision})
+    task_update = {"hub_revision": hub_revision}
     if spec.task.label_names is None and saved.get("task", {}).get("label_names") is not None:
         task_update["label_names"] = saved["task"]["label_names"]
     task = spec.task.model_copy(update=task_update)

@@ -34,7 +34,7 @@ import pandas as pd
 
 from pipeline import results as results_table
 from pipeline.config import SelectionConfig, SweepSpec, spec_from_dict
-from pipeline.errors import DrydockError
+from pipeline.errors import DrydockError, SpecError
 from pipeline.measure.job import TEACHER
 from pipeline.measure.latency import LatencyRecord, Measurement, load_record
 from pipeline.measure.runtimes import EAGER
@@ -555,7 +555,10 @@ def saved_spec(sweep_dir: Path) -> SweepSpec | None:
     spec_file = run_dir / SPEC_FILE
     if not spec_file.is_file():
         return None
-    return spec_from_dict(json.loads(spec_file.read_text()))
+    try:  # its `${VAR}`s are as written (`spec_as_written`): expanded from this environment
+        return spec_from_dict(json.loads(spec_file.read_text()))
+    except SpecError:  # a variable not set here (a credential in tracking.uri): the report does without the spec
+        return None
 
 
 def rebuild_report(sweep_dir: Path) -> ReportFiles:

@@ -176,3 +176,13 @@ def test_train_checks_the_method_before_it_empties_the_output_and_never_empties_
     with pytest.raises(drydock.DrydockError, match=r"--output: .* holds .*spec.yaml; --replace would delete it"):
         drydock.train(spec, "kd", out, replace=True, workdir=tmp_path / "runs")
     assert (out / "keep.txt").is_file() and spec.is_file()
+
+
+def test_a_spec_given_with_overrides_keeps_its_variables_as_written(monkeypatch):
+    from pipeline.config import spec_as_written
+
+    monkeypatch.setenv("DRYDOCK_TEST_URI", "http://u:hunter2@127.0.0.1:1")
+    spec = drydock.load_spec({**smoke(), "tracking": {"uri": "${DRYDOCK_TEST_URI}"}})
+    again = drydock.load_spec(spec, {"train.epochs": 1})
+    assert again.tracking.uri == "http://u:hunter2@127.0.0.1:1" and again.train.epochs == 1
+    assert spec_as_written(again)["tracking"]["uri"] == "${DRYDOCK_TEST_URI}"

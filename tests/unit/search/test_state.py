@@ -144,3 +144,24 @@ def test_a_field_changed_after_loading_keeps_its_new_value_as_written():
     assert written["name"] == "${DRYDOCK_NO_SUCH_VAR:-s}" and written["seeds"] == ["${DRYDOCK_NO_SUCH_VAR:-7}", 8]
     renamed = spec.model_copy(update={"name": "other"})  # a value set since (a pinned revision): kept
     assert spec_as_written(renamed)["name"] == "other"
+
+
+def test_what_a_run_decided_still_resumes_when_the_field_was_given_as_a_variable(tmp_path, monkeypatch):
+    """`train.bf16: ${BF16:-auto}`: spec.json holds the run's decision (`on`), and the spec given
+    at resume says `auto` through the variable: no change, as for a plain `auto`."""
+    spec_file = tmp_path / "spec.json"
+    spec_file.write_text(json.dumps(spec_to_dict(spec_from_dict(RAW, ["train.bf16=on"]))))
+    monkeypatch.delenv("DRYDOCK_TEST_BF16", raising=False)
+    check_resumable(spec_from_dict({**RAW, "train": {"bf16": "${DRYDOCK_TEST_BF16:-auto}"}}), spec_file, "r")
+
+
+def test_the_saved_spec_of_a_report_does_without_a_variable_unset_here(tmp_path, monkeypatch):
+    from pipeline.config import spec_as_written
+    from pipeline.select.report import saved_spec
+
+    monkeypatch.setenv("DRYDOCK_TEST_SECRET_URI", "http://u:pw@127.0.0.1:1")
+    spec = spec_from_dict({**RAW, "tracking": {"uri": "${DRYDOCK_TEST_SECRET_URI}"}})
+    (tmp_path / "spec.json").write_text(json.dumps(spec_as_written(spec)))
+    assert saved_spec(tmp_path).tracking.uri == "http://u:pw@127.0.0.1:1"  # expanded from this environment
+    monkeypatch.delenv("DRYDOCK_TEST_SECRET_URI")
+    assert saved_spec(tmp_path) is None  # `drydock report` goes on without it, rather than failing
