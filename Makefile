@@ -12,7 +12,7 @@ STAMP := $(VENV)/.installed
 # pins with `.venv/bin/python cluster/freeze_constraints.py` and commit them.
 CONSTRAINTS ?= -c cluster/constraints.txt
 
-.PHONY: setup test demo demo-picture lint clean
+.PHONY: setup test test-slow test-all demo demo-picture lint clean
 
 setup: $(STAMP)
 
@@ -29,9 +29,21 @@ $(STAMP): pyproject.toml Makefile cluster/constraints.txt
 # their wall time waiting on process start-up, so two of them overlap well on two cores. Files go
 # out in the order tests/conftest.py gives them (longest first), not xdist's by-test-count order.
 # `make test PYTEST_WORKERS=0` runs everything in one process.
+#
+# Two tiers (docs/development.md, "The two tiers"): `make test` runs every test not marked
+# `slow` (unit, contract, and one real sweep through Ray and an MLflow server), under 10 minutes
+# on two cores; `make test-slow` runs the `slow` ones: scenarios of several Ray sweeps each
+# (kill and resume, a simulated cluster, retrain, the notebook). `.ci/run` runs both.
 PYTEST_WORKERS ?= 2
+PYTEST := $(BIN)/python -m pytest $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder) --durations=10
 test: setup
-	$(BIN)/python -m pytest $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder) --durations=10 $(PYTEST_ARGS)
+	$(PYTEST) -m "not slow" $(PYTEST_ARGS)
+
+test-slow: setup
+	$(PYTEST) -m slow $(PYTEST_ARGS)
+
+test-all: setup
+	$(PYTEST) $(PYTEST_ARGS)
 
 # SST-2 for the demo: the shared GLUE copy when it is there, else the hub.
 SHARED_GLUE := $(abspath ../shared/data/glue)

@@ -45,19 +45,23 @@ TINY_TEXTS = [
 ]
 
 
-# The longest test files, longest first (`make test PYTEST_ARGS=--durations=0` lists them).
+# The longest test files, longest first (`make test-all PYTEST_ARGS=--durations=0` lists them; the
+# slow tier's files first, then the fast tier's: each run only meets its own).
 # pytest-xdist hands files to its workers in collection order — given `--no-loadscope-reorder`
 # (the Makefile passes it), else it sorts files by their number of tests and this order is lost —
 # so these start first and the short files fill in around them, and the two workers end close
 # together (docs/stack-facts.md, "Test files in xdist").
 LONGEST_FIRST = [
-    "integration/search/test_sweep.py", "integration/search/test_deepspeed_sweep.py",
-    "integration/search/test_cluster_storage.py", "integration/test_retrain.py",
-    "integration/training/test_deepspeed_equivalence.py", "integration/search/test_sweep_resume.py",
-    "integration/select/test_tracking_server.py", "integration/cli/test_train_cli.py",
-    "integration/training/test_distributed_loop.py", "integration/search/test_gpu_check.py",
-    "integration/search/test_late_node.py", "integration/select/test_latency_cluster.py",
-    "integration/search/test_ray_instance.py",
+    "integration/search/test_sweep.py", "integration/search/test_cluster_storage.py",
+    "integration/search/test_deepspeed_sweep.py", "integration/test_retrain.py",
+    "integration/search/test_search_resume.py", "integration/search/test_search_study.py",
+    "integration/search/test_sweep_resume.py", "integration/api/test_example.py",
+    "integration/training/test_deepspeed_equivalence.py", "integration/select/test_tracking_server.py",
+    "integration/training/test_distributed_loop.py", "integration/search/test_interrupt.py",
+    "integration/measure/test_latency_cluster.py", "integration/cli/test_train_cli.py",
+    "integration/search/test_gpu_check.py", "integration/search/test_late_node.py",
+    "integration/search/test_driver_placement.py", "integration/select/test_registry.py",
+    "integration/select/test_onnx_champion.py", "integration/search/test_ray_instance.py",
 ]
 
 

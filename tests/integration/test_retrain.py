@@ -30,6 +30,7 @@ def _glue_copy(glue_dir: Path, target: Path, train_rows: int) -> Path:
     return target
 
 
+@pytest.mark.slow
 def test_retrain_does_the_work_once_and_again_after_the_data_changes(tmp_path, glue_dir):
     data = _glue_copy(glue_dir, tmp_path / "glue", train_rows=256)
     spec = yaml.safe_load((ROOT / "sweeps" / "smoke.yaml").read_text())

@@ -16,7 +16,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[3]
 EXAMPLE = ROOT / "examples" / "quickstart.py"
-pytestmark = pytest.mark.ray
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
 # Runs the example's cells one after another in one namespace, as a kernel does, then reports.
 KERNEL = """

@@ -22,7 +22,7 @@ from pipeline.measure.latency import cpu_name, fill_latency, measure_all, on_one
 from pipeline.training.export import save_student
 from tests.conftest import make_tiny_bert
 
-pytestmark = pytest.mark.ray
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
 TASK = TaskInfo(name="sst2", num_labels=2, regression=False, label_names=("negative", "positive"))
 SETTINGS = LatencyConfig(batch_size=2, seq_length=8, warmup=1, min_runs=3, min_seconds=0.05)
 

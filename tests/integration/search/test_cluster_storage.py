@@ -23,7 +23,7 @@ import pytest
 from pipeline.config import load_spec
 
 ROOT = Path(__file__).resolve().parents[3]
-pytestmark = pytest.mark.ray
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
 
 def _bucket_files(uri: str) -> list[str]:

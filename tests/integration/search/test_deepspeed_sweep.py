@@ -21,7 +21,7 @@ from pipeline.errors import SpecError
 ROOT = Path(__file__).resolve().parents[3]
 SMOKE = ROOT / "sweeps" / "smoke.yaml"
 PRESETS = ROOT / "cluster" / "deepspeed"
-pytestmark = pytest.mark.ray
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
 NUM_TRAIN, BATCH, EPOCHS = 128, 32, 2
 STEPS = EPOCHS * math.ceil(NUM_TRAIN / BATCH)  # optimizer steps of the labeled training: 8

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 
-pytestmark = pytest.mark.ray
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
 GIB = 2**30
 

@@ -22,7 +22,7 @@ from pipeline.lock import spec_lock
 
 ROOT = Path(__file__).resolve().parents[3]
 SMOKE = ROOT / "sweeps" / "smoke.yaml"
-pytestmark = pytest.mark.ray
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
 
 @pytest.mark.timeout(400)

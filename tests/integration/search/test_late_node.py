@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-pytestmark = pytest.mark.ray
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
 RAY_LIMIT_S = "1"  # Ray's own limit for one wait, in every process of the cluster
 JOIN_AFTER_S = 5.0  # the node joins this long after the run asked for its workers: 5 times Ray's limit

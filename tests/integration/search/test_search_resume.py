@@ -18,7 +18,7 @@ from pipeline.workdir import config_id_of
 from tests.integration.search.test_sweep import ROOT, SMOKE
 from tests.integration.search.test_sweep_resume import _kill_session, kill_after_first_outcome
 
-pytestmark = pytest.mark.ray
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
 
 def _cmd(workdir: Path, *extra: str) -> list[str]:

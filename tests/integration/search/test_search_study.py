@@ -13,7 +13,7 @@ from pipeline.config import load_spec
 from pipeline.workdir import config_id_of
 from tests.integration.search.test_sweep import SMOKE
 
-pytestmark = pytest.mark.ray
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
 
 def load_study(workdir, name: str) -> optuna.Study:

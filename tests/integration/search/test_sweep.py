@@ -37,6 +37,7 @@ def child_runs(workdir: Path, experiment: str):
     return parents, children
 
 
+@pytest.mark.slow
 def test_smoke_sweep_with_asha_records_every_trial_and_isolates_a_failure(ray_local, workdir):
     from pipeline.sweep import run_sweep
 
@@ -96,6 +97,7 @@ def test_smoke_sweep_with_asha_records_every_trial_and_isolates_a_failure(ray_lo
     assert len(frame) == 3
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(420)  # the failure this guards against is a hang
 def test_trials_asha_stops_mid_run_do_not_stall_the_trials_after_them(ray_local, workdir):
     """From a random start, lr 1e-3 is at 0.445 after epoch 1 and the tiny rates at 0.555: one

@@ -19,7 +19,7 @@ import pytest
 
 from tests.integration.search.test_sweep import ROOT, SMOKE, child_runs
 
-pytestmark = pytest.mark.ray
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
 
 def _sweep_cmd(workdir: Path, *extra: str) -> list[str]:

@@ -359,6 +359,7 @@ def _train_resumable(rank: int, stage: int, bf16: str, accumulation: int, kill_a
         dist.destroy_process_group()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("stage", "bf16", "accumulation"), [(3, "on", 2)])  # one cell: the hardest (time)
 def test_a_deepspeed_trial_killed_mid_phase_resumes_to_the_uninterrupted_result(tmp_path, stage, bf16, accumulation):
     """Killed after its step-2 checkpoint (of 4) and retried, a trial continues mid-phase from
@@ -390,6 +391,7 @@ def test_a_deepspeed_trial_killed_mid_phase_resumes_to_the_uninterrupted_result(
         torch.testing.assert_close(last_resumed[name], value, atol=1e-6, rtol=1e-5, msg=lambda m, name=name: f"last {name}: {m}")
 
 
+@pytest.mark.slow
 def test_a_ddp_trial_whose_ranks_draw_differently_resumes_to_the_uninterrupted_result(tmp_path):
     """Each rank seeds its own RNG (seed × 1000 + rank), so Theseus draws which modules run per
     rank. Killed after its step-2 checkpoint, mid-way through its replacing phase (4 steps), and
