@@ -130,9 +130,9 @@ def sweep_result(spec: SweepSpec, store: WorkStore, frame: pd.DataFrame) -> Swee
     """A finished sweep's record, read back from what the select stage wrote."""
     from pipeline.cli.outputs import champion_of
     from pipeline.cli.tables import pareto_table_text, runtimes_table_text
+    from pipeline.measure.table import read_variants, variants_path
     from pipeline.select.champion import CHAMPION
     from pipeline.select.pareto import select
-    from pipeline.select.variants import read_variants, variants_path
     from pipeline.tracking import tracking_uri
     from pipeline.workdir import PARETO_PNG, REPORT_MD, RESULTS_FILE
 

@@ -188,7 +188,7 @@ def variants_of(rows: list[dict]):
     """A typed variants.parquet table of `variant` rows."""
     import pandas as pd
 
-    from pipeline.select.variants import typed
+    from pipeline.measure.table import typed
 
     return typed(pd.DataFrame(rows))
 

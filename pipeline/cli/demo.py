@@ -47,8 +47,8 @@ def demo_tables(sweep_dir: Path) -> str:
     from pipeline import results as results_table
     from pipeline.cli.tables import pareto_table_text, runtimes_table_text
     from pipeline.config import SelectionConfig
+    from pipeline.measure.table import read_variants, variants_path
     from pipeline.select.report import saved_spec
-    from pipeline.select.variants import read_variants, variants_path
 
     spec = saved_spec(sweep_dir)
     selection = spec.selection if spec else SelectionConfig()

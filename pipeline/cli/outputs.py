@@ -115,8 +115,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     from pipeline import results as results_table
     from pipeline.cli.tables import pareto_table_text, runtimes_table_text
     from pipeline.config import SelectionConfig
+    from pipeline.measure.table import read_variants, variants_path
     from pipeline.select.report import current_run_dir, rebuild_report, saved_spec
-    from pipeline.select.variants import read_variants, variants_path
 
     files = rebuild_report(args.sweep_dir)
     spec = saved_spec(args.sweep_dir)

@@ -736,7 +736,7 @@ class LatencyConfig(_Model):
 class SelectionConfig(_Model):
     latency: LatencyConfig = LatencyConfig()
     # the runtime variants of every student and of the teacher that are built, scored, timed and
-    # placed on the front (`pipeline.select.variants`); default: DEFAULT_RUNTIMES of the device
+    # placed on the front (`pipeline.measure.table`, `pipeline.select.variants`); default: DEFAULT_RUNTIMES of the device
     # (`pipeline.measure.runtimes`)
     runtimes: Annotated[list[RuntimeName], ADDED_LATER] = list(DEFAULT_RUNTIMES["cpu"])  # on cuda: DEFAULT_RUNTIMES["cuda"] (`_device_default`)
     max_latency_ms: PositiveFloat | None = None

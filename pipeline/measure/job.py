@@ -3,7 +3,7 @@ runtime of `selection.runtimes`, built, checked, scored on the dev set and timed
 every shape of `selection.latency.shapes`, in one process. Its result is one fact per (model,
 runtime) (`VariantFacts`) and one `InterleavedResult` per shape; the select stage's variants step
 (`pipeline.select.stage.variants_step`) sends it to a node and turns what comes back into
-`variants.parquet` (`pipeline.select.variants`).
+`variants.parquet` (`pipeline.measure.table`).
 
 Why a step of its own, after the eager fp32 selection: results.parquet keeps its contract (eager
 fp32 columns, one latency per student timed alone on its node), and a variant that cannot be

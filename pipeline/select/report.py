@@ -38,18 +38,11 @@ from pipeline.errors import DrydockError, SpecError
 from pipeline.measure.job import TEACHER
 from pipeline.measure.latency import LatencyRecord, Measurement, load_record
 from pipeline.measure.runtimes import EAGER
+from pipeline.measure.table import read_variants, shape_column, table_shapes, variants_path
 from pipeline.select.champion import champion_rule
 from pipeline.select.pareto import Selection, best_per_method, select
 from pipeline.select.search_section import search_section, section_html, section_markdown
-from pipeline.select.variants import (
-    INT8,
-    dominated_by,
-    read_variants,
-    shape_column,
-    stack_summary,
-    table_shapes,
-    variants_path,
-)
+from pipeline.select.variants import INT8, dominated_by, stack_summary
 from pipeline.workdir import LATENCY_FILE, PARETO_CSV, PARETO_PNG, REPORT_HTML, REPORT_MD, SPEC_FILE, atomic_path, current_run_dir
 
 DASH = "–"
@@ -91,7 +84,7 @@ class ReportContext:
     selection: SelectionConfig
     teacher_name: str | None = None
     latency: LatencyRecord | None = None
-    variants: pd.DataFrame | None = None  # variants.parquet (`pipeline.select.variants`), when the stage built it
+    variants: pd.DataFrame | None = None  # variants.parquet (`pipeline.measure.table`), when the stage built it
 
     @property
     def teacher(self) -> Measurement | None:

@@ -56,6 +56,7 @@ from pipeline.measure.latency import (
     save_record,
     student_targets,
 )
+from pipeline.measure.table import variants_path, write_variants
 from pipeline.prepare.tasks import task_spec
 from pipeline.select.dev_set import DEV_SPLIT, DevSet, dev_set_of
 from pipeline.select.evaluate import evaluate, labelled_split
@@ -63,7 +64,7 @@ from pipeline.select.pareto import Selection, latency_plan, select, served_by
 from pipeline.select.registry import Rescore, register_front
 from pipeline.select.report import ReportContext, ReportFiles, current_run_dir, publish_latest, write_report
 from pipeline.select.variant_registry import VariantFront
-from pipeline.select.variants import variant_rows, variants_path, write_variants
+from pipeline.select.variants import variant_rows
 from pipeline.storage import WorkStore
 from pipeline.tracking import SweepTracker
 

@@ -17,9 +17,10 @@ from pipeline.config import LatencyConfig, SelectionConfig, spec_from_dict, spec
 from pipeline.errors import DrydockError
 from pipeline.measure.job import TEACHER
 from pipeline.measure.latency import LatencyRecord, Measurement, save_record
+from pipeline.measure.table import typed
 from pipeline.select.pareto import select
 from pipeline.select.report import ReportContext, pareto_figure, rebuild_report, write_report
-from pipeline.select.variants import INT8, typed
+from pipeline.select.variants import INT8
 from pipeline.training.export import save_student
 from tests.conftest import make_tiny_bert
 

@@ -19,10 +19,10 @@ from pipeline import results as results_table
 from pipeline.config import load_spec, spec_from_dict
 from pipeline.measure import engines as runtimes_module
 from pipeline.measure.job import TEACHER, DevRows, tokenize, variants_wanted
+from pipeline.measure.table import read_variants
 from pipeline.select import stage
 from pipeline.select.report import rebuild_report
 from pipeline.select.stage import variants_step
-from pipeline.select.variants import read_variants
 from pipeline.training.export import save_student
 from pipeline.workdir import VARIANTS_DIR
 from tests.conftest import FakeTracker, make_tiny_bert

@@ -5,8 +5,8 @@ runtime variants leaves no older run's variants.parquet there, nor in the work l
 from __future__ import annotations
 
 from pipeline import results as results_table
+from pipeline.measure.table import variants_path, write_variants
 from pipeline.select.report import rebuild_report
-from pipeline.select.variants import variants_path, write_variants
 from tests.conftest import FakeTracker, variant, variants_of
 from tests.unit.select.test_report import NAMES, SPEC, start_run
 
