@@ -22,6 +22,9 @@ Model config (`model_config=`, or at load time `mlflow.pyfunc.load_model(uri, mo
 - `batch_size`: rows per session run (default 32); each batch is padded to its longest row.
 - `threads`: ONNX Runtime's intra-op thread count (default: ORT's own choice, one per core).
 - `providers`: ONNX Runtime execution providers (default `["CPUExecutionProvider"]`).
+- `onnx_sha256`: the graph's SHA-256 when the version was logged (`log_onnx_variant` records it):
+  a graph that differs (swapped in the artifact store, copied from another model) is refused
+  before a session is opened (`check_graph`; docs/security.md, "Weights").
 
 Tokenization gives what `AutoTokenizer.from_pretrained(folder)(texts, pairs, truncation=True,
 max_length=max_length, padding=True)` gives: special tokens from the tokenizer's own template,
@@ -41,6 +44,7 @@ STS-B) the label of id 0 and the raw predicted value as `score`.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from collections.abc import Sequence
@@ -132,6 +136,22 @@ def labels_and_scores(logits: np.ndarray, id2label: dict[int, str], problem_type
             [float(p) for p in np.take_along_axis(probs, best[:, None], axis=-1)[:, 0]])
 
 
+def check_graph(path: Path, recorded: str | None) -> None:
+    """Refuse a graph that is not the one logged: what `drydock.json`'s weights digests do for a
+    student folder, here for a consumer that has no drydock (so the file is hashed here). A version
+    logged before digests were recorded (`recorded` None) is not checked."""
+    if not recorded:
+        return
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    if digest.hexdigest() != recorded:
+        raise ValueError(f"{path.name}: SHA-256 {digest.hexdigest()}, but {recorded} was recorded when this version was logged: "
+                         "the graph is not the one drydock measured and registered (swapped in the artifact store, or copied "
+                         "from another model?); refusing to load it")
+
+
 class OnnxTextClassifier(PythonModel):
     def load_context(self, context) -> None:
         import onnxruntime as ort
@@ -152,6 +172,7 @@ class OnnxTextClassifier(PythonModel):
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         options.log_severity_level = 3  # errors only
         providers = list(settings.get("providers") or ["CPUExecutionProvider"])
+        check_graph(Path(context.artifacts["onnx"]), settings.get("onnx_sha256"))
         self.session = ort.InferenceSession(str(context.artifacts["onnx"]), sess_options=options, providers=providers)
         self.input_names = [i.name for i in self.session.get_inputs()]
         unknown = [name for name in self.input_names if name not in INPUT_NAMES]

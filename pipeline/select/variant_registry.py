@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import mlflow
 import pandas as pd
@@ -94,7 +95,9 @@ def log_onnx_variant(onnx_file: Path, folder: Path, run_id: str, runtime: str, *
     if external:  # only the .onnx file travels: the consumer could not load the graph
         raise DrydockError(f"{onnx_file}: keeps its weights in {', '.join(p.name for p in external)} (ONNX external data, "
                            "a model over 2 GB); an ONNX version ships one file")
-    model_config = {"max_length": max_length} if max_length else {}
+    model_config: dict[str, Any] = {"onnx_sha256": file_sha256(Path(onnx_file))}  # checked by the consumer's pyfunc on load
+    if max_length:
+        model_config["max_length"] = max_length
     if batch_size:
         model_config["batch_size"] = batch_size
     with keeps_ending(run_id), mlflow.start_run(run_id=run_id):

@@ -337,3 +337,30 @@ def test_a_graph_with_external_data_is_refused_before_anything_is_logged(student
                     size_threshold=0)
     with pytest.raises(DrydockError, match=r"keeps its weights in weights.bin \(ONNX external data"):
         log_onnx_variant(split, student, "no-run-needed", runtimes.ORT, max_length=MAX_LENGTH)
+
+
+def test_a_version_whose_graph_was_swapped_in_the_store_is_refused_on_load(student, variants, tmp_path):
+    """The version records its graph's SHA-256 when it is logged (its model config), and the
+    consumer's pyfunc checks it before opening a session: an `.onnx` replaced in the artifact store
+    (here by the same student's fp32 graph, which loads and answers) is refused naming the file,
+    not served."""
+    import mlflow
+
+    from pipeline.measure.engines import file_sha256
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = client_for(uri)
+    experiment = client.create_experiment("swap", artifact_location=(tmp_path / "mlartifacts").as_uri())
+    run = client.create_run(experiment, run_name="trial")
+    client.set_terminated(run.info.run_id)
+    int8 = variants[runtimes.ORT_INT8].path
+    with tracking(uri):
+        model_uri = log_onnx_variant(int8, student, run.info.run_id, runtimes.ORT_INT8, max_length=MAX_LENGTH)
+        model = mlflow.pyfunc.load_model(model_uri)  # untouched: loads, and says what it checked
+        assert model.model_config["onnx_sha256"] == file_sha256(int8)
+        stored = [p for p in (tmp_path / "mlartifacts").rglob("*.onnx")]
+        assert len(stored) == 1
+        stored[0].write_bytes(variants[runtimes.ORT].path.read_bytes())
+        with pytest.raises(ValueError, match=rf"{stored[0].name}: SHA-256 {file_sha256(variants[runtimes.ORT].path)}, but "
+                                             rf"{file_sha256(int8)} was recorded when this version was logged"):
+            mlflow.pyfunc.load_model(model_uri)
