@@ -8,7 +8,8 @@ transformers — never `pipeline` or `methods`. The student folder travels as th
 loads with `trust_remote_code=True` — only after `check_code` has found every `.py` file of the
 folder to be the one recorded when the model was logged (`code_files` in the model config, the
 digests of the export's `drydock.json`). A changed, added or missing file is refused before
-transformers imports anything; a stock architecture loads with `trust_remote_code=False`. A
+transformers imports anything, and so are weights other than the recorded ones (`weights_files`,
+`check_weights`); a stock architecture loads with `trust_remote_code=False`. A
 consumer can hold the model to the registry version's `code_sha256` tag by passing it:
 `mlflow.pyfunc.load_model(uri, model_config={"code_sha256": tag})` (`drydock eval` does).
 
@@ -37,6 +38,11 @@ from mlflow.pyfunc import PythonModel  # `mlflow.pyfunc` is a LazyLoader to a ty
 
 class CodeMismatch(RuntimeError):
     """The student folder's code is not the code recorded with this model: it must not run."""
+
+
+class WeightsMismatch(RuntimeError):
+    """The student folder's weights are not the ones recorded with this model: a swapped or
+    copied-in `model.safetensors` would answer with another model's numbers."""
 
 
 def _file_digests(folder: Path) -> dict[str, str]:
@@ -96,6 +102,22 @@ def check_code(folder: str | Path, recorded: dict[str, str] | None, expected: st
     return True
 
 
+def check_weights(folder: str | Path, recorded: dict[str, str] | None) -> None:
+    """Every `.safetensors` file of the folder is one recorded when the model was logged
+    (`weights_files` in this model's config: the export's `drydock.json` record), and none is
+    missing; otherwise `WeightsMismatch`, before transformers reads any. drydock's own loaders
+    check the same way (`pipeline/prepare/remote_code.py`, `check_weights`). A model logged before
+    weights were recorded (`recorded` None) is not checked."""
+    if not recorded:
+        return
+    folder = Path(folder)
+    actual = {p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.rglob("*.safetensors"))}
+    for name in sorted(set(actual) | set(recorded)):
+        if actual.get(name) != recorded.get(name):
+            raise WeightsMismatch(f"{folder / name}: SHA-256 {actual.get(name, '(missing)')}, but {recorded.get(name, '(not recorded)')} "
+                                  "was recorded when the model was registered; refusing to load weights that are not the registered ones")
+
+
 def _rows(model_input) -> list[tuple[str, str | None]]:
     if isinstance(model_input, pd.DataFrame):
         if "text" in model_input.columns:
@@ -122,6 +144,7 @@ class StudentTextClassifier(PythonModel):
         folder = context.artifacts["student"]
         config = context.model_config or {}
         trust = check_code(folder, config.get("code_files"), config.get("code_sha256"))  # before anything imports it
+        check_weights(folder, config.get("weights_files"))
         import torch
 
         dtype = getattr(torch, str(config["dtype"])) if config.get("dtype") else None

@@ -115,6 +115,18 @@ def named_code(folder: Path) -> list[str]:
     return sorted(names)
 
 
+def recorded_weights(folder: Path) -> dict[str, str] | None:
+    """The digests drydock.json records for the folder's weights files (None: none recorded)."""
+    path = Path(folder) / METADATA_FILE
+    if not path.is_file():
+        return None
+    try:
+        files = json.loads(path.read_text()).get(WEIGHTS_FILES_KEY)
+    except (UnicodeDecodeError, ValueError, AttributeError):
+        raise DrydockError(f"{path}: not a JSON object; the folder's weights cannot be checked") from None
+    return files if isinstance(files, dict) and files else None
+
+
 def recorded_code(folder: Path) -> dict[str, str] | None:
     """The digests drydock.json records for the folder's code (None: none recorded)."""
     path = Path(folder) / METADATA_FILE

@@ -54,7 +54,15 @@ from pipeline.config import SelectionConfig
 from pipeline.errors import DrydockError
 from pipeline.measure.runtimes import EAGER, pyfunc_module
 from pipeline.prepare.model_card import CARD_FILE, read_card
-from pipeline.prepare.remote_code import CODE_DIGEST_KEY, CODE_FILES_KEY, combined_digest, recorded_code, remote_code
+from pipeline.prepare.remote_code import (
+    CODE_DIGEST_KEY,
+    CODE_FILES_KEY,
+    WEIGHTS_FILES_KEY,
+    combined_digest,
+    recorded_code,
+    recorded_weights,
+    remote_code,
+)
 from pipeline.select.champion import (
     CHAMPION,
     ChampionDecision,
@@ -224,6 +232,9 @@ def _log_student(folder: Path, run_id: str, *, max_length: int | None, pair: boo
         model_config.update(runtime or {})
         if code:  # what the pyfunc checks the folder against in the consumer's process
             model_config.update({CODE_FILES_KEY: code, CODE_DIGEST_KEY: combined_digest(code)})
+        weights = recorded_weights(folder)
+        if weights:  # the export's record, checked against the downloaded folder before it loads
+            model_config[WEIGHTS_FILES_KEY] = weights
         info = mlflow.pyfunc.log_model(
             name="model", python_model=str(PYFUNC_MODULE), artifacts={"student": str(folder)},
             model_config=model_config, input_example=example, pip_requirements=pip_requirements(),

@@ -270,6 +270,31 @@ def test_a_consumer_without_drydock_loads_the_champion_and_both_flavors(store, t
     assert result["models:/consumer/3"]["scores"] == pytest.approx(result["models:/consumer/2"]["scores"], abs=1e-5)
 
 
+def test_the_pyfunc_refuses_weights_swapped_in_the_store(store, tmp_path, tiny_tokenizer):
+    """The student pyfunc carries the export's weights digests (drydock.json's `weights_files`) in
+    its model config and checks the downloaded folder against them before transformers loads it:
+    a `model.safetensors` changed in the artifact store is refused naming the file."""
+    import mlflow
+
+    uri, client, experiment = store
+    custom = custom_student(tmp_path / "custom", tiny_tokenizer)
+    recorded = json.loads((custom / "drydock.json").read_text())["weights_files"]
+    run = new_run(client, experiment, "swapped")
+    with tracking(uri):
+        model_uri, used = log_student(custom, run, max_length=128, pair=False, flavor="pyfunc", log=lambda _: None)
+        assert used == "pyfunc"
+        model = mlflow.pyfunc.load_model(model_uri)  # untouched: it loads
+        assert model.model_config["weights_files"] == recorded and recorded
+        stored = Path(mlflow.get_logged_model(model_uri.split("/")[-1]).artifact_location.removeprefix("file://"))
+        [weights] = stored.rglob("model.safetensors")
+        data = bytearray(weights.read_bytes())
+        data[-4:] = bytes(4)  # other weights, still a valid file
+        weights.write_bytes(bytes(data))
+        with pytest.raises(Exception, match=r"model.safetensors: SHA-256 [0-9a-f]{64}, but [0-9a-f]{64} was recorded when the "
+                                            r"model was registered; refusing to load weights"):
+            mlflow.pyfunc.load_model(model_uri)
+
+
 def test_tracking_context_leaves_the_process_settings_as_they_were(tmp_path, monkeypatch):
     import mlflow
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.measure.student_pyfunc import CodeMismatch, check_code
+from pipeline.measure.student_pyfunc import CodeMismatch, WeightsMismatch, check_code, check_weights
 
 CODE = "class Pruned: pass\n"
 
@@ -43,3 +43,17 @@ def test_code_named_from_another_repository_is_refused(tmp_path):
     with pytest.raises(CodeMismatch, match="another repository"):
         check_code(tmp_path, {})
 
+
+
+def test_weights_load_only_when_they_are_the_recorded_ones(tmp_path):
+    (tmp_path / "model.safetensors").write_bytes(b"weights")
+    recorded = {"model.safetensors": hashlib.sha256(b"weights").hexdigest()}
+    check_weights(tmp_path, recorded)
+    check_weights(tmp_path, None)  # a model logged before weights were recorded: not checked
+    (tmp_path / "model.safetensors").write_bytes(b"other weights")
+    with pytest.raises(WeightsMismatch, match=r"model.safetensors: SHA-256 [0-9a-f]{64}, but [0-9a-f]{64} was recorded"):
+        check_weights(tmp_path, recorded)
+    (tmp_path / "model.safetensors").write_bytes(b"weights")
+    (tmp_path / "extra.safetensors").write_bytes(b"x")
+    with pytest.raises(WeightsMismatch, match=r"extra.safetensors: SHA-256 [0-9a-f]{64}, but \(not recorded\)"):
+        check_weights(tmp_path, recorded)
