@@ -19,8 +19,10 @@ the same check against the digests recorded in its own model config.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -51,12 +53,30 @@ def code_record(folder: Path) -> dict[str, Any]:
     return {CODE_FILES_KEY: digests, CODE_DIGEST_KEY: combined_digest(digests)} if digests else {}
 
 
+@functools.lru_cache(maxsize=512)
+def _sha256(path: str, identity: tuple[int, int, int, int, int]) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def weights_digest(path: Path) -> str:
+    """A weights file's SHA-256, computed once per content in a process: every loader checks the
+    weights (latency, the engines, the registry, the export's reload), and a teacher's file is
+    tens of MB. The content is known by the file's identity — device, inode, size, and the
+    modification and change times in ns; a write changes the change time, which no caller can
+    set back — so a same-size file copied over it is hashed again."""
+    st = os.stat(path)
+    return _sha256(str(Path(path).resolve()), (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns))
+
+
 def weights_record(folder: Path) -> dict[str, Any]:
     """What an export adds to drydock.json beside its code's digests: its weights' digests, so a
     `model.safetensors` copied in from another student is refused instead of evaluated."""
     folder = Path(folder)
-    return {WEIGHTS_FILES_KEY: {p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
-                                for p in sorted(folder.rglob("*.safetensors"))}}
+    return {WEIGHTS_FILES_KEY: {p.relative_to(folder).as_posix(): weights_digest(p) for p in sorted(folder.rglob("*.safetensors"))}}
 
 
 def check_weights(folder: Path) -> None:

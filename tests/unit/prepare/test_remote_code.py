@@ -74,3 +74,23 @@ def test_weights_copied_in_from_another_student_are_refused_by_every_loader(tmp_
     shutil.copyfile(other / "model.safetensors", cofi / "extra.safetensors")
     with pytest.raises(DrydockError, match=r"extra.safetensors: this weights file is not recorded"):
         remote_code(cofi)
+
+
+def test_a_weights_file_is_hashed_once_while_it_is_unchanged_and_again_after_a_same_size_rewrite(tmp_path):
+    """Every loader checks the weights (latency, the engines, the registry, export's reload), so a
+    file is hashed once per content, not once per load; a rewrite of the same size (another
+    student of the same architecture copied over it) is hashed again and refused."""
+    from pipeline.prepare import remote_code
+    from pipeline.prepare.remote_code import METADATA_FILE, check_weights, weights_record
+
+    weights = tmp_path / "model.safetensors"
+    weights.write_bytes(b"a" * 1000)
+    (tmp_path / METADATA_FILE).write_text(json.dumps(weights_record(tmp_path)))
+    remote_code._sha256.cache_clear()
+    for _ in range(3):
+        check_weights(tmp_path)
+    info = remote_code._sha256.cache_info()
+    assert (info.misses, info.hits) == (1, 2)
+    weights.write_bytes(b"b" * 1000)
+    with pytest.raises(DrydockError, match="model.safetensors: this weights file has SHA-256"):
+        check_weights(tmp_path)
