@@ -64,6 +64,7 @@ RETRAIN_FILE = "retrain.json"
 RUNS_DIR = "runs"
 # in a run's folder
 SPEC_FILE = "spec.json"
+SPEC_VALUES_FILE = "spec-values.json"  # salted digests of the values spec.json keeps as `${VAR}` (`search.state`)
 TUNE_DIR = "tune"
 TRAIN_DIR = "train"
 TRIALS_DIR = "trials"

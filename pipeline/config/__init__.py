@@ -50,7 +50,16 @@ from pipeline.config.domains import (
     domain_draw,
     is_domain,
 )
-from pipeline.config.loader import apply_overrides, error_lines, load_spec, parse_override, spec_as_written, spec_from_dict, spec_to_dict
+from pipeline.config.loader import (
+    apply_overrides,
+    error_lines,
+    load_spec,
+    parse_override,
+    spec_as_written,
+    spec_from_dict,
+    spec_to_dict,
+    written_values,
+)
 from pipeline.config.messages import did_you_mean, format_error, param_error
 from pipeline.config.params import (
     MAX_COMBINATIONS_CHECKED,
@@ -115,5 +124,5 @@ __all__ = [
     "TaskConfig", "TeacherConfig", "TokenizerConfig", "TrackingConfig", "TrainConfig", "Uniform", "apply_overrides", "as_domain",
     "check_for_sweep", "package_folder", "pickle_only", "OBJECT_STORE_SCHEMES", "RAY_STORAGE_SCHEMES", "default_params", "did_you_mean", "domain_candidates", "domain_draw", "error_lines", "format_error", "is_domain",
     "load_deepspeed_preset", "load_spec", "method_spaces", "param_error", "param_space_model", "parse_override", "spec_from_dict",
-    "space_from_state", "spec_as_written", "spec_to_dict", "teacher_config", "teacher_problems", "trial_count", "distinct_configurations", "search_problems", "trial_count_problems", "validate_methods",
+    "space_from_state", "spec_as_written", "spec_to_dict", "written_values", "teacher_config", "teacher_problems", "trial_count", "distinct_configurations", "search_problems", "trial_count_problems", "validate_methods",
 ]

@@ -22,7 +22,7 @@ from pipeline.config.checks import trial_count_problems, validate_methods
 from pipeline.config.messages import did_you_mean, format_error
 from pipeline.config.params import METHOD_PROBLEMS
 from pipeline.config.schema import GLUE_TASKS, MAX_SPEC_DEPTH, MAX_SPEC_VALUES, SweepSpec
-from pipeline.errors import SpecError
+from pipeline.errors import SpecError, redacted
 
 # loading
 # ----------------------------------------------------------------------------------------------
@@ -286,6 +286,22 @@ def spec_as_written(spec: SweepSpec) -> dict[str, Any]:
         if parts and value is not None and _child(node, parts[-1]) == value:
             node[parts[-1]] = text
     return data
+
+
+def written_values(spec: SweepSpec) -> dict[str, Any]:
+    """The values of the fields the spec wrote as `${VAR}`, by the loader's path (`train.epochs`,
+    `seeds[0]`), a URI's credentials masked (`redacted`): what a run takes from its environment
+    and spec.json does not record (`spec_as_written`), so that a --resume can tell a variable
+    whose value changed; a rotated password is not a change of where the run's data goes."""
+    data = spec_to_dict(spec)
+    values: dict[str, Any] = {}
+    for path in spec._written:
+        try:
+            value = _lookup(data, path)
+        except (KeyError, IndexError, TypeError):
+            continue
+        values[path] = redacted(value) if isinstance(value, str) else value
+    return values
 
 
 def _parts(path: str) -> list[str | int]:

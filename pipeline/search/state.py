@@ -18,8 +18,11 @@ state go to the store directly (their storage path is its URI); trials push thei
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import re
+import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,12 +32,23 @@ from typing import Any
 import mlflow
 
 from pipeline import results as results_table
-from pipeline.config import RAY_STORAGE_SCHEMES, SweepSpec, spec_as_written, spec_to_dict
+from pipeline.config import RAY_STORAGE_SCHEMES, SweepSpec, spec_as_written, spec_to_dict, written_values
 from pipeline.errors import DrydockError
 from pipeline.prepare.revisions import pin_revisions
 from pipeline.storage import WorkStore
 from pipeline.tracking import SweepTracker, flatten_params, redacted
-from pipeline.workdir import RUNS_DIR, SPEC_FILE, STATE_FILE, TRAIN_DIR, TRIALS_DIR, TUNE_DIR, atomic_write, resume_exempt, run_dir
+from pipeline.workdir import (
+    RUNS_DIR,
+    SPEC_FILE,
+    SPEC_VALUES_FILE,
+    STATE_FILE,
+    TRAIN_DIR,
+    TRIALS_DIR,
+    TUNE_DIR,
+    atomic_write,
+    resume_exempt,
+    run_dir,
+)
 from pipeline.workdir import read_state as read_state
 
 # What a resumed run may be given differently, as the spec's fields declare it (`Counts.resume`):
@@ -136,10 +150,41 @@ def check_resumable(spec: SweepSpec, saved: Path, run_id: str) -> None:
         read_from_data.add("train.bf16")
     changed = sorted(k for k in before.keys() | now.keys()
                      if before.get(k) not in (now.get(k), values.get(k)) and not _may_differ(k) and k not in read_from_data)
+    changed += _variables_changed(spec, saved.with_name(SPEC_VALUES_FILE))
     if changed:
         shown = ", ".join(changed[:8]) + (f" and {len(changed) - 8} more" if len(changed) > 8 else "")
         raise DrydockError(f"--resume: the spec differs from the one run {run_id} started with ({shown}); "
                            "resume it with that spec, or run without --resume to start a new run")
+
+
+def _value_digest(salt: str, value: Any) -> str:
+    return hashlib.sha256((salt + json.dumps(value, sort_keys=True, default=str)).encode()).hexdigest()
+
+
+def write_spec_files(paths: SweepPaths, spec: SweepSpec) -> None:
+    """spec.json as written (a `${VAR}` kept as `${VAR}`: a credential in tracking.uri is never
+    written down) and, beside it, a salted digest of each such field's value (`written_values`):
+    what lets a --resume tell that a variable now holds another value without recording it."""
+    paths.spec_file.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(paths.spec_file, json.dumps(spec_as_written(spec), indent=2))
+    salt = secrets.token_hex(16)
+    digests = {path: _value_digest(salt, value) for path, value in written_values(spec).items()}
+    atomic_write(paths.spec_file.with_name(SPEC_VALUES_FILE), json.dumps({"salt": salt, "values": digests}, indent=2))
+
+
+def _variables_changed(spec: SweepSpec, saved: Path) -> list[str]:
+    """The fields written as `${VAR}` then and now whose value differs (by the salted digests
+    `write_spec_files` kept); none for a run started before they were kept."""
+    if not saved.is_file():
+        return []
+    try:
+        record = json.loads(saved.read_text())
+        salt, digests = str(record["salt"]), dict(record["values"])
+    except (UnicodeDecodeError, ValueError, KeyError, TypeError):
+        return []  # unreadable: compared as written only, as for a run before the file existed
+    return [f"{path}: the value of its variable" for path, value in sorted(written_values(spec).items())
+            if path in digests and digests[path] != _value_digest(salt, value) and not _may_differ(re.split(r"[.\[]", path)[0])
+            and not _may_differ(path)]
 
 
 def _may_differ(key: str) -> bool:
@@ -279,8 +324,7 @@ def start_run(run: SweepRun, spec: SweepSpec, tracker: SweepTracker, params: dic
                                f"{redacted(tracker.uri)} ({str(e).strip().splitlines()[0][:200]}); run without --resume to start a new run") from None
     else:
         tracker.start_parent(resume=False)
-        # as written: a `${VAR}` (a credential in tracking.uri) is kept as `${VAR}`; a --resume compares against it
-        atomic_write(paths.spec_file, json.dumps(spec_as_written(spec), indent=2))
+        write_spec_files(paths, spec)  # a --resume compares against both
         tracker.log_parent_artifact(paths.spec_file)
         metrics = {f"teacher/{k.split('/', 1)[-1]}": v for k, v in teacher_metrics.items() if isinstance(v, (int, float))}
         tracker.log_parent(params=params, metrics=metrics)

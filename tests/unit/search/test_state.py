@@ -20,6 +20,7 @@ from pipeline.search.state import (
     run_storage,
     save_state,
     start_run,
+    write_spec_files,
 )
 from pipeline.tracking import SweepTracker
 
@@ -112,8 +113,8 @@ def test_resume_accepts_another_number_of_kept_checkpoints_and_a_spec_saved_befo
 def test_a_secret_passed_through_the_environment_is_stored_as_written_and_resumes(tmp_path, monkeypatch):
     """spec.json, and the parent run's copy of it in MLflow, hold `${VAR}` as the spec wrote it,
     never the credential it expanded to; a resume compares as written (the same spec resumes, a
-    field written otherwise is still a change; the variable's value is not recorded, so it is
-    not compared), and a spec.json written before, which holds the values, still resumes."""
+    field written otherwise is still a change; the variable's value is compared through a salted
+    digest: the next test), and a spec.json written before, which holds the values, still resumes."""
     monkeypatch.setenv("DRYDOCK_TEST_URI", f"sqlite:///{tmp_path / 'secret-user:hunter2.db'}")
     monkeypatch.setenv("DRYDOCK_TEST_EPOCHS", "3")
     raw = {**RAW, "tracking": {"uri": "${DRYDOCK_TEST_URI}"}, "train": {"epochs": "${DRYDOCK_TEST_EPOCHS}"}}
@@ -132,6 +133,39 @@ def test_a_secret_passed_through_the_environment_is_stored_as_written_and_resume
     with pytest.raises(DrydockError, match=r"\(train.epochs\)"):  # the field written otherwise: a change
         check_resumable(spec_from_dict({**raw, "train": {"epochs": 5}}), run.paths.spec_file, "r")
     run.paths.spec_file.write_text(json.dumps(spec_to_dict(spec)))  # as runs before this change wrote it: the values
+    check_resumable(spec_from_dict(raw), run.paths.spec_file, "r")
+
+
+def test_a_variable_whose_value_changed_since_the_run_started_is_a_change_on_resume(tmp_path, monkeypatch):
+    """spec.json holds `${VAR}` as written, so the value is compared through a salted digest kept
+    beside it (spec-values.json, no value in clear): `train.epochs: ${EPOCHS}` at 3, then 5 at
+    resume, is refused as a change of that field. A credential in a URI is not part of the value
+    compared (a rotated password resumes), where the URI points is; a run started before digests
+    were kept resumes as before."""
+    from pipeline.workdir import SPEC_VALUES_FILE
+
+    secret = f"sqlite:///{tmp_path / 'db'}".replace("sqlite:///", "https://user:hunter2@tracking.example/") + "?token=abc123"
+    monkeypatch.setenv("DRYDOCK_TEST_URI", secret)
+    monkeypatch.setenv("DRYDOCK_TEST_EPOCHS", "3")
+    raw = {**RAW, "tracking": {"uri": "${DRYDOCK_TEST_URI}"}, "train": {"epochs": "${DRYDOCK_TEST_EPOCHS}"}}
+    spec, workdir = spec_from_dict(raw), tmp_path / "w"
+    run = open_run(spec, workdir / "s", resume=False, log=print)
+    write_spec_files(run.paths, spec)
+    values = run.paths.spec_file.parent / SPEC_VALUES_FILE
+    assert values.is_file() and "hunter2" not in values.read_text() and "abc123" not in values.read_text()
+    assert set(json.loads(values.read_text())["values"]) == {"tracking.uri", "train.epochs"}
+
+    check_resumable(spec_from_dict(raw), run.paths.spec_file, "r")  # the same values
+    monkeypatch.setenv("DRYDOCK_TEST_EPOCHS", "5")
+    with pytest.raises(DrydockError, match=r"\(train.epochs: the value of its variable\)"):
+        check_resumable(spec_from_dict(raw), run.paths.spec_file, "r")
+    monkeypatch.setenv("DRYDOCK_TEST_EPOCHS", "3")
+    monkeypatch.setenv("DRYDOCK_TEST_URI", secret.replace("hunter2", "rotated").replace("abc123", "xyz"))
+    check_resumable(spec_from_dict(raw), run.paths.spec_file, "r")  # new credentials, the same server
+    monkeypatch.setenv("DRYDOCK_TEST_URI", secret.replace("tracking.example", "other.example"))
+    with pytest.raises(DrydockError, match=r"\(tracking.uri: the value of its variable\)"):
+        check_resumable(spec_from_dict(raw), run.paths.spec_file, "r")
+    values.unlink()  # a run started before the digests were kept
     check_resumable(spec_from_dict(raw), run.paths.spec_file, "r")
 
 
