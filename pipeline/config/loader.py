@@ -290,18 +290,32 @@ def spec_as_written(spec: SweepSpec) -> dict[str, Any]:
 
 def written_values(spec: SweepSpec) -> dict[str, Any]:
     """The values of the fields the spec wrote as `${VAR}`, by the loader's path (`train.epochs`,
-    `seeds[0]`), a URI's credentials masked (`redacted`): what a run takes from its environment
+    `seeds[0]`), a URI's user part and query values left out (`_where`): what a run takes from its environment
     and spec.json does not record (`spec_as_written`), so that a --resume can tell a variable
     whose value changed; a rotated password is not a change of where the run's data goes."""
     data = spec_to_dict(spec)
     values: dict[str, Any] = {}
-    for path in spec._written:
-        try:
-            value = _lookup(data, path)
-        except (KeyError, IndexError, TypeError):
-            continue
-        values[path] = redacted(value) if isinstance(value, str) else value
+    for path, (_, loaded) in spec._written.items():
+        value = _lookup(data, path)
+        if value is None or value != loaded:  # set since it was read (bf16 decided, a pinned revision):
+            continue  # spec.json holds it in clear (`spec_as_written`) and the resume compares it there
+        values[path] = _where(value) if isinstance(value, str) else value
     return values
+
+
+def _where(text: str) -> str:
+    """A URI without what may be a credential — the whole user part (`user:password@`, or a token
+    given as the user) and every query value — so only where it points is left; other text as is."""
+    from urllib.parse import parse_qsl, urlsplit, urlunsplit
+
+    try:
+        parts = urlsplit(text)
+    except ValueError:
+        return redacted(text)
+    if not (parts.scheme and parts.netloc):
+        return text
+    query = "&".join(sorted(k for k, _ in parse_qsl(parts.query, keep_blank_values=True)))
+    return urlunsplit((parts.scheme, parts.netloc.rpartition("@")[2], parts.path, query, parts.fragment))
 
 
 def _parts(path: str) -> list[str | int]:

@@ -72,7 +72,8 @@ from pydantic import BaseModel, ConfigDict
 
 from pipeline.config import LatencyConfig
 from pipeline.errors import DrydockError
-from pipeline.measure.interleaved import InterleaveSettings, measure_interleaved
+from pipeline.measure.interleaved import InterleaveSettings, architecture_key, group_by_key, measure_interleaved
+from pipeline.measure.runtimes import EAGER
 from pipeline.storage import WorkStore
 from pipeline.workdir import LATENCY_FILE, atomic_write
 
@@ -110,6 +111,7 @@ class Measurement(BaseModel):
     hostname: str
     node_id: str = ""  # the Ray node; "" when timed in the calling process (and in records before nodes)
     pid: int = 0  # the measuring process: one per node serves all of that node's measurements
+    measured_as: str = ""  # the key of the student of the same architecture actually timed ("" when timed itself)
 
     @property
     def description(self) -> str:
@@ -433,10 +435,31 @@ def measure_all(
     """
     for path in ([teacher] if teacher is not None else []) + list(students.values()):
         check_seq_length(Path(path), settings)
+    shape = (settings.batch_size, settings.seq_length)
+    keys = {key: architecture_key(json.loads((Path(path) / "config.json").read_text()), EAGER, shape) for key, path in students.items()}
+    if len(set(keys.values())) < len(keys):
+        log(f"latency: {len(keys)} students of {len(set(keys.values()))} architecture(s): each architecture timed once "
+            "(latency does not depend on the weights)")
     ray = _ray_if_running()
-    if ray is None:
-        return _measure_here(students, settings, log, teacher)
-    return _measure_on_nodes(ray, students, settings, log, teacher, store)
+    out, pending, first = Timings(), dict(keys), True
+    while first or pending:  # the teacher alone when there is no student; again for the groups whose representative could not be timed: its next member
+        groups = group_by_key(pending)
+        timed = {rep: students[rep] for rep in groups}
+        got = (_measure_here(timed, settings, log, teacher) if ray is None
+               else _measure_on_nodes(ray, timed, settings, log, teacher, store))
+        first = False
+        teacher = None if got.teachers else teacher  # timed once (on each node of the first pass)
+        out.teachers.update({node: m for node, m in got.teachers.items() if node not in out.teachers})
+        pending = {}
+        for rep, members in groups.items():
+            if rep in got.students:
+                out.students[rep] = got.students[rep]
+                out.students.update({m: got.students[rep].model_copy(update={"path": str(students[m]), "measured_as": rep})
+                                     for m in members[1:]})
+            else:
+                out.errors[rep] = got.errors.get(rep, "not timed")
+                pending.update({m: keys[m] for m in members[1:]})
+    return out
 
 
 def _get(ray, ref) -> Any:

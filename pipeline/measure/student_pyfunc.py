@@ -102,6 +102,14 @@ def check_code(folder: str | Path, recorded: dict[str, str] | None, expected: st
     return True
 
 
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:  # in blocks: a teacher-sized file need not sit in memory twice
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 def check_weights(folder: str | Path, recorded: dict[str, str] | None) -> None:
     """Every `.safetensors` file of the folder is one recorded when the model was logged
     (`weights_files` in this model's config: the export's `drydock.json` record), and none is
@@ -111,7 +119,7 @@ def check_weights(folder: str | Path, recorded: dict[str, str] | None) -> None:
     if not recorded:
         return
     folder = Path(folder)
-    actual = {p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.rglob("*.safetensors"))}
+    actual = {p.relative_to(folder).as_posix(): _sha256(p) for p in sorted(folder.rglob("*.safetensors"))}
     for name in sorted(set(actual) | set(recorded)):
         if actual.get(name) != recorded.get(name):
             raise WeightsMismatch(f"{folder / name}: SHA-256 {actual.get(name, '(missing)')}, but {recorded.get(name, '(not recorded)')} "

@@ -19,10 +19,10 @@ the same check against the digests recorded in its own model config.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -53,8 +53,11 @@ def code_record(folder: Path) -> dict[str, Any]:
     return {CODE_FILES_KEY: digests, CODE_DIGEST_KEY: combined_digest(digests)} if digests else {}
 
 
-@functools.lru_cache(maxsize=512)
-def _sha256(path: str, identity: tuple[int, int, int, int, int]) -> str:
+_DIGESTS: dict[tuple[str, tuple[int, ...]], str] = {}  # (path, file identity) → SHA-256, this process
+RACY_S = 2.0  # a file modified this recently may change again within its timestamps' granularity
+
+
+def _sha256(path: str) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
@@ -67,9 +70,20 @@ def weights_digest(path: Path) -> str:
     weights (latency, the engines, the registry, the export's reload), and a teacher's file is
     tens of MB. The content is known by the file's identity — device, inode, size, and the
     modification and change times in ns; a write changes the change time, which no caller can
-    set back — so a same-size file copied over it is hashed again."""
+    set back — so a same-size file copied over it is hashed again. A file modified under `RACY_S`
+    before it was hashed is not remembered (git's "racily clean" rule): a rewrite within the
+    timestamps' granularity (coarse on older kernels) would keep its identity. NFS clients cache
+    attributes, so on such a volume a rewrite by another node may be seen late, as it is by any
+    reader there."""
     st = os.stat(path)
-    return _sha256(str(Path(path).resolve()), (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns))
+    key = (str(Path(path).resolve()), (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns))
+    if key in _DIGESTS:
+        return _DIGESTS[key]
+    started = time.time()
+    digest = _sha256(key[0])
+    if started - max(st.st_mtime_ns, st.st_ctime_ns) / 1e9 > RACY_S:
+        _DIGESTS[key] = digest
+    return digest
 
 
 def weights_record(folder: Path) -> dict[str, Any]:

@@ -32,8 +32,12 @@ def test_two_nodes_time_in_parallel_each_against_its_own_teacher(tmp_path, tiny_
     from ray.cluster_utils import Cluster
 
     teacher = save_student(make_tiny_bert(4), tiny_tokenizer, tmp_path / "teacher", TASK, {"role": "teacher"})
-    students = {f"s{i}": save_student(make_tiny_bert(1, seed=i), tiny_tokenizer, tmp_path / f"s{i}", TASK, {"method": "kd"})
+    # three depths: students of one architecture would be timed once (`measure_all`)
+    students = {f"d{i}": save_student(make_tiny_bert(1 + i, seed=i), tiny_tokenizer, tmp_path / f"d{i}", TASK, {"method": "kd"})
                 for i in range(3)}
+    # and three of one architecture for the variants job, which times them once too
+    same = {f"s{i}": save_student(make_tiny_bert(1, seed=i), tiny_tokenizer, tmp_path / f"s{i}", TASK, {"method": "kd"})
+            for i in range(3)}
     if ray.is_initialized():
         ray.shutdown()
     started = time.monotonic()
@@ -47,7 +51,7 @@ def test_two_nodes_time_in_parallel_each_against_its_own_teacher(tmp_path, tiny_
         assert {n.node_id for n in plan_nodes(ray.nodes(), SETTINGS)} == {w.node_id for w in workers}
         timings = measure_all(students, SETTINGS, messages.append, teacher=teacher)
         # the runtime variants: one actor on one node, every model and shape in its one process
-        job = VariantJob(models={"teacher": str(teacher), **{k: str(p) for k, p in students.items()}}, runtimes=["torch"],
+        job = VariantJob(models={"teacher": str(teacher), **{k: str(p) for k, p in same.items()}}, runtimes=["torch"],
                          shapes=[(1, 8), (2, 8)], dev=DevRows(["a b c", "d e"] * 4, None, [0.0, 1.0] * 4, ["accuracy"], "accuracy",
                                                               False, 8),
                          out=str(tmp_path / "variants"), interleave=InterleaveSettings(warmup=1, min_rounds=3, min_seconds=0.05).model_dump())
@@ -82,7 +86,7 @@ def test_two_nodes_time_in_parallel_each_against_its_own_teacher(tmp_path, tiny_
         assert frame.loc[key, "latency_device"] == cpu_name()
     assert any("3 models on 2 node(s)" in line and "the teacher timed on each" in line for line in messages), messages
     assert variants.threads == 1 and [f.error for f in variants.facts] == [None] * 4  # the node's one CPU
-    assert {f.trial_id for f in variants.facts} == {"teacher", *students}
+    assert {f.trial_id for f in variants.facts} == {"teacher", *same}
     for result in variants.measurements.values():  # s1 and s2 have s0's architecture: one timing
         timings_ = result.timings
         assert timings_["s1/torch"].measured_as == timings_["s2/torch"].measured_as == "s0/torch"

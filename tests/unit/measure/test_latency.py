@@ -152,6 +152,33 @@ def test_a_broken_student_is_recorded_and_the_others_are_measured(wide_students,
     assert set(timings.students) == {"good"} and set(timings.errors) == {"bad"} and timings.teacher is None
 
 
+def test_students_of_one_architecture_are_timed_once_and_a_broken_representative_hands_over(wide_students, tmp_path):
+    """Latency does not depend on the weights (`interleaved.architecture_key`): a sweep of many
+    configurations of one student shape costs one timing, not one per trial (a 1,000-trial grid
+    over learning rates would otherwise time 1,000 identical graphs). Each member gets the
+    figure with its own path and `measured_as` naming the one timed; a representative that
+    cannot be timed hands over to the next member of its group."""
+    layers1 = wide_students["layers1"]
+    copies = {}
+    for name in ("a", "b", "c"):
+        copies[name] = tmp_path / name
+        copies[name].mkdir()
+        for f in layers1.iterdir():
+            if f.name != "drydock.json":  # no weights record: "a" fails in the timing, not in the check before it
+                (copies[name] / f.name).write_bytes(f.read_bytes())
+    (copies["a"] / "model.safetensors").write_bytes(b"not a safetensors file")  # the first of the group: broken
+    settings = LatencyConfig(batch_size=2, seq_length=8, warmup=0, min_runs=2, min_seconds=0.01)
+    lines: list[str] = []
+    timings = measure_all({**copies, "deep": wide_students["layers8"]}, settings, log=lines.append)
+    assert set(timings.errors) == {"a"} and set(timings.students) == {"b", "c", "deep"}
+    b, c = timings.students["b"], timings.students["c"]
+    assert (b.measured_as, c.measured_as, timings.students["deep"].measured_as) == ("", "b", "")
+    assert c.p50_ms == b.p50_ms and c.path == str(copies["c"]) and b.path == str(copies["b"])
+    assert sum(line.startswith("latency: a") or line.startswith("latency: b:") or line.startswith("latency: c")
+               for line in lines if "p50" in line or "could not" in line) == 2  # a failed, b timed; c was not
+    assert any("4 students of 2 architecture(s)" in line for line in lines)
+
+
 def test_latency_record_round_trips(tmp_path, wide_students):
     m = measure_folder(wide_students["layers1"], LatencyConfig(batch_size=2, seq_length=8, warmup=0, min_runs=2, min_seconds=0.01))
     on_node = m.model_copy(update={"node_id": "n1"})

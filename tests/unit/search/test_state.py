@@ -162,10 +162,53 @@ def test_a_variable_whose_value_changed_since_the_run_started_is_a_change_on_res
     monkeypatch.setenv("DRYDOCK_TEST_EPOCHS", "3")
     monkeypatch.setenv("DRYDOCK_TEST_URI", secret.replace("hunter2", "rotated").replace("abc123", "xyz"))
     check_resumable(spec_from_dict(raw), run.paths.spec_file, "r")  # new credentials, the same server
+    monkeypatch.setenv("DRYDOCK_TEST_URI", secret.replace("user:hunter2", "TOKEN42"))
+    check_resumable(spec_from_dict(raw), run.paths.spec_file, "r")  # a token given as the user: not compared either
     monkeypatch.setenv("DRYDOCK_TEST_URI", secret.replace("tracking.example", "other.example"))
     with pytest.raises(DrydockError, match=r"\(tracking.uri: the value of its variable\)"):
         check_resumable(spec_from_dict(raw), run.paths.spec_file, "r")
     values.unlink()  # a run started before the digests were kept
+    check_resumable(spec_from_dict(raw), run.paths.spec_file, "r")
+
+
+def test_a_resume_on_a_fresh_node_reads_the_value_digests_from_the_work_location(tmp_path, monkeypatch):
+    """With a URI as the work location, a resume on another node (an empty mirror) fetches the
+    digests with spec.json, so a changed variable is caught there too."""
+    import shutil
+
+    from pipeline.storage import CACHE_ENV, WorkStore
+    from pipeline.workdir import SPEC_FILE, SPEC_VALUES_FILE
+
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "node1"))
+    monkeypatch.setenv("DRYDOCK_TEST_EPOCHS", "3")
+    raw = {**RAW, "train": {"epochs": "${DRYDOCK_TEST_EPOCHS}"}}
+    spec, uri = spec_from_dict(raw), (tmp_path / "bucket").as_uri()
+    store = WorkStore.open(uri)
+    run = open_run(spec, store.path(spec.name), resume=False, log=print, store=store)
+    write_spec_files(run.paths, spec)
+    save_state(run.paths.sweep_dir, {"run_id": run.paths.run_id, "status": "running"})
+    for name in (f"{spec.name}/state.json", *(f"{spec.name}/runs/{run.paths.run_id}/{f}" for f in (SPEC_FILE, SPEC_VALUES_FILE))):
+        store.push(name)
+    shutil.rmtree(tmp_path / "node1")
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "node2"))  # another node: nothing in its mirror
+    monkeypatch.setenv("DRYDOCK_TEST_EPOCHS", "5")
+    fresh = WorkStore.open(uri)
+    with pytest.raises(DrydockError, match=r"\(train.epochs: the value of its variable\)"):
+        open_run(spec_from_dict(raw), fresh.path(spec.name), resume=True, log=print, store=fresh)
+
+
+def test_a_value_the_run_decided_is_compared_as_written_not_by_its_digest(tmp_path, monkeypatch):
+    """`train.bf16: ${BF16:-auto}` decided `on` when the run started: spec.json holds `on`, no
+    digest is kept for it, and a resume given `auto` again resumes."""
+    from pipeline.workdir import SPEC_VALUES_FILE
+
+    monkeypatch.delenv("DRYDOCK_TEST_BF16", raising=False)
+    raw = {**RAW, "train": {"bf16": "${DRYDOCK_TEST_BF16:-auto}"}}
+    spec = spec_from_dict(raw)
+    decided = spec.model_copy(update={"train": spec.train.model_copy(update={"bf16": "on"})})
+    run = open_run(decided, tmp_path / "s", resume=False, log=print)
+    write_spec_files(run.paths, decided)
+    assert json.loads(run.paths.spec_file.with_name(SPEC_VALUES_FILE).read_text())["values"] == {}
     check_resumable(spec_from_dict(raw), run.paths.spec_file, "r")
 
 

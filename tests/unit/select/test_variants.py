@@ -1,6 +1,7 @@
 """variants.parquet on hand-built measurements: the front over (configuration, runtime) where a
-latency difference inside the intervals never decides, the budget, the stack summary's figures,
-the per-shape columns, the file; and the spec fields that choose runtimes and shapes."""
+latency difference inside the intervals never decides, the budget, the stack summary's figures;
+and the spec fields that choose runtimes and shapes (the table's columns and file:
+tests/unit/measure/test_table.py)."""
 
 from __future__ import annotations
 
