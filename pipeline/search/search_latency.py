@@ -14,29 +14,28 @@ noisier than the select stage's).
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 from typing import Any
 
 from pipeline.config import LatencyConfig
+from pipeline.measure.interleaved import architecture_key
 from pipeline.measure.latency import measure_folder
+from pipeline.measure.runtimes import EAGER
 from pipeline.search.outcome import OUTCOME_FILE, read_outcome
 from pipeline.search.space import Trial
 from pipeline.storage import WorkStore
 from pipeline.workdir import STUDENT_DIR
 
-# config.json fields that say nothing of a model's shape (names, labels, versions)
-_NOT_SHAPE = {"_name_or_path", "architectures", "id2label", "label2id", "transformers_version", "torch_dtype", "dtype",
-              "auto_map", "finetuning_task", "problem_type"}
 SEARCH_WINDOW_S = 0.5  # seconds of timed passes per architecture, at least (the select stage times 2 s and more)
 
 
 def architecture(folder: Path) -> str:
-    """A digest of the export's shape: equal for students that differ only in their weights."""
+    """The export's architecture as the measure stage keys it (`architecture_key`: the compute
+    fields of its config.json, eager, unbatched): equal for students that differ only in their
+    weights, so the search and the select stage agree on which students one timing serves."""
     config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
-    shape = {k: v for k, v in config.items() if k not in _NOT_SHAPE}
-    return hashlib.sha256(json.dumps(shape, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    return architecture_key(config, EAGER, (0, 0))
 
 
 class SearchLatency:
