@@ -73,7 +73,7 @@ from pipeline.errors import DrydockError
 from pipeline.measure.runtimes import HALF_RUNTIMES, NAMES, ONNX_RUNTIMES, ORT, ORT_INT8, RUNTIMES, TOLERANCES, TORCH, TORCH_DTYPES
 from pipeline.prepare.metrics import compute_metrics
 from pipeline.prepare.padding import pad_batch
-from pipeline.prepare.remote_code import remote_code
+from pipeline.prepare.remote_code import file_sha256, remote_code
 from pipeline.workdir import atomic_path
 
 if TYPE_CHECKING:
@@ -354,14 +354,6 @@ def onnx_files(path: Path) -> list[Path]:
         for entry in tensor.external_data if entry.key == "location"
     }
     return [path, *(path.parent / name for name in sorted(external))]
-
-
-def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _version(package: str) -> str:

@@ -57,7 +57,8 @@ _DIGESTS: dict[tuple[str, tuple[int, ...]], str] = {}  # (path, file identity) â
 RACY_S = 2.0  # a file modified this recently may change again within its timestamps' granularity
 
 
-def _sha256(path: str) -> str:
+def file_sha256(path: str | Path) -> str:
+    """A file's SHA-256, read in 1 MiB blocks."""
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
@@ -80,7 +81,7 @@ def weights_digest(path: Path) -> str:
     if key in _DIGESTS:
         return _DIGESTS[key]
     started = time.time()
-    digest = _sha256(key[0])
+    digest = file_sha256(key[0])
     if started - max(st.st_mtime_ns, st.st_ctime_ns) / 1e9 > RACY_S:
         _DIGESTS[key] = digest
     return digest
@@ -97,14 +98,8 @@ def check_weights(folder: Path) -> None:
     """Every weights file drydock.json records has the recorded SHA-256, and no other weights
     file lies beside them; a `DrydockError` naming the file otherwise. A folder without a record
     (a teacher, an export written before records were kept) is not checked."""
-    path = Path(folder) / METADATA_FILE
-    if not path.is_file():
-        return
-    try:
-        recorded = json.loads(path.read_text()).get(WEIGHTS_FILES_KEY)
-    except (UnicodeDecodeError, ValueError, AttributeError):
-        raise DrydockError(f"{path}: not a JSON object; the folder's weights cannot be checked") from None
-    if not isinstance(recorded, dict) or not recorded:
+    recorded = recorded_weights(folder)
+    if not recorded:
         return
     actual = weights_record(Path(folder))[WEIGHTS_FILES_KEY]
     for name in sorted(set(actual) | set(recorded)):
@@ -149,28 +144,26 @@ def named_code(folder: Path) -> list[str]:
     return sorted(names)
 
 
-def recorded_weights(folder: Path) -> dict[str, str] | None:
-    """The digests drydock.json records for the folder's weights files (None: none recorded)."""
+def _recorded(folder: Path, key: str, what: str) -> dict[str, str] | None:
+    """The digests drydock.json records under `key` (None: no file, or none recorded)."""
     path = Path(folder) / METADATA_FILE
     if not path.is_file():
         return None
     try:
-        files = json.loads(path.read_text()).get(WEIGHTS_FILES_KEY)
+        files = json.loads(path.read_text()).get(key)
     except (UnicodeDecodeError, ValueError, AttributeError):
-        raise DrydockError(f"{path}: not a JSON object; the folder's weights cannot be checked") from None
+        raise DrydockError(f"{path}: not a JSON object; the folder's {what} cannot be checked") from None
     return files if isinstance(files, dict) and files else None
+
+
+def recorded_weights(folder: Path) -> dict[str, str] | None:
+    """The digests drydock.json records for the folder's weights files (None: none recorded)."""
+    return _recorded(folder, WEIGHTS_FILES_KEY, "weights")
 
 
 def recorded_code(folder: Path) -> dict[str, str] | None:
     """The digests drydock.json records for the folder's code (None: none recorded)."""
-    path = Path(folder) / METADATA_FILE
-    if not path.is_file():
-        return None
-    try:
-        files = json.loads(path.read_text()).get(CODE_FILES_KEY)
-    except (UnicodeDecodeError, ValueError, AttributeError):
-        raise DrydockError(f"{path}: not a JSON object; the folder's custom code cannot be checked") from None
-    return files if isinstance(files, dict) and files else None
+    return _recorded(folder, CODE_FILES_KEY, "custom code")
 
 
 def code_mismatch(folder: Path, recorded: dict[str, str]) -> str | None:

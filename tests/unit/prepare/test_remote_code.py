@@ -87,7 +87,7 @@ def test_a_weights_file_is_hashed_once_while_it_is_unchanged_and_again_after_a_s
     weights.write_bytes(b"a" * 1000)
     (tmp_path / METADATA_FILE).write_text(json.dumps(weights_record(tmp_path)))
     hashed: list[str] = []
-    monkeypatch.setattr(remote_code, "_sha256", lambda path, real=remote_code._sha256: hashed.append(path) or real(path))
+    monkeypatch.setattr(remote_code, "file_sha256", lambda path, real=remote_code.file_sha256: hashed.append(path) or real(path))
     check_weights(tmp_path)
     check_weights(tmp_path)
     assert len(hashed) == 2  # written just now: not remembered, it may change again within its timestamps' granularity
