@@ -141,7 +141,7 @@ def cuda():
 
 def sweep(check, sweep_dir, started, rc, log, limit, seconds, strategy, workers):
     from pipeline.config import TrainConfig
-    from pipeline.training.batches import total_steps
+    from pipeline.training.steps import total_steps
 
     where = f"(exit {rc}, {seconds}s; log {log})"
     if int(rc) in (124, 137):

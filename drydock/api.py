@@ -231,11 +231,11 @@ def methods() -> dict[str, MethodInfo]:
     from pipeline.cli import logs
 
     with logs.library(show=False):
-        from methods import get_method, registered_methods
+        from methods import get_declaration, registered_methods
 
     found = {}
     for name in registered_methods():
-        cls = get_method(name)
+        cls = get_declaration(name)
         params = {field: MethodParam(info.get_default(call_default_factory=True), info.description or "")
                   for field, info in cls.Params.model_fields.items()}
         found[name] = MethodInfo(name=name, summary=cls.summary, params=params)

@@ -23,10 +23,9 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Literal, cast
+from typing import Any, cast
 
 import torch
-from pydantic import Field, PositiveInt, model_validator
 from torch import nn
 from transformers import PreTrainedModel
 
@@ -41,16 +40,13 @@ from methods._bert import (
 )
 from methods.base import (
     Method,
-    MethodParams,
     ParamGroup,
     Phase,
     StudentDefaults,
     decay_groups,
     freeze,
 )
-
-SuccessorInit = Literal["bottom", "top", "every_kth"]
-
+from methods.params.replacing import ReplacingParams, SuccessorInit
 
 # ----------------------------------------------------------------------------------------------
 # which layers
@@ -187,39 +183,6 @@ def zero_gradient_anchor(parameters: Iterable[nn.Parameter]) -> torch.Tensor:
 # ----------------------------------------------------------------------------------------------
 # the shared method
 # ----------------------------------------------------------------------------------------------
-
-
-class ReplacingParams(MethodParams):
-    """Which modules and successors; both replacing methods take these."""
-
-    num_layers: int | None = Field(
-        default=None, gt=0, description="successor layers = modules (default: len(split), else the spec's student)"
-    )
-    split: list[PositiveInt] | None = Field(
-        default=None, description="teacher layers per module, bottom first, e.g. [3, 2, 1] (default: uniform)"
-    )
-    init: SuccessorInit = Field(
-        default="bottom", description="successors start as the teacher's bottom n layers, top n, or each module's top layer"
-    )
-    layers: list[int] | None = Field(default=None, description="explicit teacher layers the successors start as")
-    learning_rate: float | None = Field(default=None, gt=0, description="default: train.learning_rate")
-
-    @model_validator(mode="after")
-    def _module_counts_agree(self) -> ReplacingParams:
-        counts = {
-            name: count
-            for name, count in (
-                ("num_layers", self.num_layers),
-                ("split", None if self.split is None else len(self.split)),
-                ("layers", None if self.layers is None else len(self.layers)),
-            )
-            if count is not None
-        }
-        if len(set(counts.values())) > 1:
-            raise ValueError(f"the number of modules disagrees: {counts}")
-        if self.layers is not None and self.init != "bottom":
-            raise ValueError(f"give either layers or init (got init={self.init!r}), not both")
-        return self
 
 
 def resolve_modules(params: ReplacingParams, teacher_depth: int, defaults: StudentDefaults) -> tuple[list[list[int]], list[int]]:

@@ -36,11 +36,12 @@ at fixed points, and everything the loop relies on is written in this file:
     student = method.export()                     # physically smaller PreTrainedModel ── hook: export
     save_pretrained + tokenizer + drydock.json; reload in a fresh process; compare logits
 
-What the pipeline reads from a method class, before any trial runs: `name`, `Params` (the spec's
-parameters are validated by it, once, where they land), `summary`, `needs_teacher(params)` (fetch
-a fine-tuned teacher or not) and `learning_rate_override(params)` (the learning rate the
-method's parameters set for the trial; it becomes `ctx.learning_rate`). Nothing else of a
-method's parameters is read outside the method.
+What the pipeline reads of a method before any trial runs is its declaration
+(`methods/declaration.py`, importable without torch, which `Method` subclasses): `name`, `Params`
+(the spec's parameters are validated by it, once, where they land), `summary`,
+`same_modules_on_every_rank`, `uses_unlabeled_text`, `needs_teacher(params)` (fetch a fine-tuned teacher or not) and
+`learning_rate_override(params)` (the learning rate the method's parameters set for the trial; it
+becomes `ctx.learning_rate`). Nothing else of a method's parameters is read outside the method.
 
 Rules a method follows:
 - Everything with parameters that `loss` uses for gradients lives inside the module `build`
@@ -76,18 +77,13 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Literal, TypeVar
+from typing import Any, Literal, TypeVar
 
 import torch
-from pydantic import BaseModel, ConfigDict
 from torch import nn
 from transformers import PreTrainedModel
 
-
-class MethodParams(BaseModel):
-    """Base of every method's parameter model: frozen, unknown keys rejected."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
+from methods.declaration import MethodDeclaration, MethodParams
 
 
 @dataclass(frozen=True)
@@ -222,38 +218,18 @@ def group_owner(group_name: str) -> str:
     return group_name.split(GROUP_SEPARATOR, 1)[0]
 
 
-class Method(ABC):
-    """One compression method. Subclasses set `name`, `Params` and implement the hooks."""
-
-    name: ClassVar[str]
-    Params: ClassVar[type[MethodParams]] = MethodParams
-    # whether build() needs ctx.teacher (the fine-tuned teacher); see needs_teacher()
-    uses_teacher: ClassVar[bool] = True
-    # False where each rank's forward may run other modules (see the rules above): no ZeRO-3
-    same_modules_on_every_rank: ClassVar[bool] = True
-    # one-line description for `drydock methods`
-    summary: ClassVar[str] = ""
+class Method(MethodDeclaration, ABC):
+    """One compression method. Subclasses declare it (`MethodDeclaration`: `name`, `Params`, the
+    facts the pipeline reads before a trial) and implement the hooks."""
 
     def __init__(self, params: MethodParams | Mapping[str, Any], ctx: MethodContext):
         self.params = params if isinstance(params, self.Params) else self.Params.model_validate(dict(params))
         self.ctx = ctx
         self.model: nn.Module | None = None
 
-    # -- planning --------------------------------------------------------------------------
-    @classmethod
-    def needs_teacher(cls, params: MethodParams) -> bool:
-        """Whether this configuration needs the fine-tuned teacher (the pipeline fetches one)."""
-        return cls.uses_teacher
-
-    @classmethod
-    def learning_rate_override(cls, params: MethodParams) -> float | None:
-        """The learning rate these parameters set for the trial (it becomes `ctx.learning_rate`),
-        or None for the spec's `train.learning_rate`. By default the `learning_rate` field of the
-        Params model, when it defines one: the one parameter name the pipeline reads."""
-        return getattr(params, "learning_rate", None) if "learning_rate" in cls.Params.model_fields else None
-
     def unlabeled(self) -> UnlabeledRequest | None:
-        """Unlabeled text this configuration needs; None for most methods."""
+        """Unlabeled text this configuration needs; None for most methods. A method that overrides
+        this declares `uses_unlabeled_text` (the contract tests hold every method to it)."""
         return None
 
     # -- hooks -----------------------------------------------------------------------------

@@ -10,39 +10,20 @@
 
 from __future__ import annotations
 
-from typing import Literal, cast
-
 import torch
-from pydantic import Field
 from torch import nn
 from transformers import PreTrainedModel
 
 from methods._bert import num_layers, student_from_layers, student_layer_indices
 from methods._losses import task_loss
-from methods.base import Batch, Method, MethodParams, ParamGroup, Phase, Progress, decay_groups
+from methods.base import Batch, Method, ParamGroup, Phase, Progress, decay_groups
+from methods.params.finetune import FinetuneDeclaration, FinetuneParams
 
 
-class FinetuneParams(MethodParams):
-    num_layers: int | None = Field(default=None, gt=0, description="bottom k teacher layers (default: spec student)")
-    layers: list[int] | None = Field(default=None, description="explicit teacher layer indices to keep")
-    init_from: Literal["finetuned", "pretrained"] = Field(
-        default="finetuned", description="take the layers from the fine-tuned teacher or the pretrained checkpoint"
-    )
-    learning_rate: float | None = Field(default=None, gt=0, description="default: train.learning_rate")
-
-
-class Finetune(Method):
-    name = "finetune"
-    Params = FinetuneParams
-    summary = "fine-tune a truncated student (bottom k layers) on the task labels"
+class Finetune(FinetuneDeclaration, Method):
 
     params: FinetuneParams
     model: PreTrainedModel  # the student, from build() on (the other hooks run after it)
-
-    @classmethod
-    def needs_teacher(cls, params: MethodParams) -> bool:
-        # the pipeline hands over the parameters validated by `Params`
-        return cast(FinetuneParams, params).init_from == "finetuned"
 
     def _source(self) -> PreTrainedModel:
         if self.params.init_from == "finetuned":

@@ -12,28 +12,16 @@
 from __future__ import annotations
 
 import torch
-from pydantic import Field
 
 from methods._losses import kd_loss, task_loss
-from methods.base import Batch, MethodParams, Progress
-from methods.finetune import Finetune, FinetuneParams
+from methods.base import Batch, Progress
+from methods.finetune import Finetune
+from methods.params.kd import KDDeclaration, KDParams
 
 
-class KDParams(FinetuneParams):
-    alpha: float = Field(default=0.5, ge=0, le=1, description="weight of the soft-target term")
-    temperature: float = Field(default=2.0, gt=0, description="softmax temperature T")
-
-
-class KnowledgeDistillation(Finetune):
-    name = "kd"
-    Params = KDParams
-    summary = "Hinton distillation of the teacher's logits into a truncated student"
+class KnowledgeDistillation(KDDeclaration, Finetune):
 
     params: KDParams
-
-    @classmethod
-    def needs_teacher(cls, params: MethodParams) -> bool:
-        return True
 
     def loss(self, batch: Batch, progress: Progress) -> dict[str, torch.Tensor]:
         inputs = dict(

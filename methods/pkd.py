@@ -42,16 +42,15 @@ beta 500, normalised).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal
 
 import torch
-from pydantic import Field
 from transformers import PreTrainedModel
 
 from methods._bert import forward_hidden_states, num_layers
 from methods._losses import kd_loss, patience_loss, task_loss
 from methods.base import Batch, Progress
-from methods.kd import KDParams, KnowledgeDistillation
+from methods.kd import KnowledgeDistillation
+from methods.params.pkd import PKDDeclaration, PKDParams
 
 
 def pkd_layer_map(teacher_layers: int, student_layers: int, layer_map: str | Sequence[int]) -> list[int]:
@@ -90,21 +89,7 @@ def cls_states(hidden_states: Sequence[torch.Tensor], layers: Sequence[int]) -> 
     return torch.stack([hidden_states[i + 1][:, 0] for i in layers], dim=1)
 
 
-class PKDParams(KDParams):
-    alpha: float = Field(default=0.7, ge=0, le=1, description="weight of the soft-target term (1 - alpha on CE)")
-    temperature: float = Field(default=10.0, gt=0, description="softmax temperature T")
-    beta: float = Field(default=500.0, ge=0, description="weight of the patient [CLS] loss (element-averaged MSE)")
-    layer_map: Literal["skip", "last"] | list[int] = Field(
-        default="skip",
-        description="teacher layers for the intermediate student layers: skip, last, or 0-based indices",
-    )
-    normalize: bool = Field(default=True, description="L2-normalise the [CLS] vectors before the MSE")
-
-
-class PatientKD(KnowledgeDistillation):
-    name = "pkd"
-    Params = PKDParams
-    summary = "Patient KD: soft targets plus intermediate [CLS] states of skip/last teacher layers"
+class PatientKD(PKDDeclaration, KnowledgeDistillation):
 
     params: PKDParams
     teacher_layers: list[int]  # 0-based teacher layer matched by each intermediate student layer

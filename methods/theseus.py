@@ -44,48 +44,19 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
-from pydantic import Field, model_validator
 
 from methods._losses import task_loss
 from methods._replacing import (
     ModuleReplacingMethod,
-    ReplacingParams,
     zero_gradient_anchor,
 )
 from methods._schedules import (
-    ReplacementScheduleKind,
     replacement_rate,
     replacing_phase_steps,
     steps_until_full_rate,
 )
 from methods.base import Batch, MethodContext, Phase, Progress
-
-
-class TheseusParams(ReplacingParams):
-    schedule: ReplacementScheduleKind = Field(
-        default="linear", description="linear curriculum, constant rate, or anti-curriculum"
-    )
-    base_rate: float = Field(
-        default=0.3, ge=0, le=1,
-        description="b: p at step 0 of the curriculum (the anti-curriculum starts at 1 - b); the constant schedule's p",
-    )
-    slope: float | None = Field(
-        default=None, gt=0, description="k: increase of p per optimizer step (curricula); sets R = (1 - b)/k"
-    )
-    replacing_steps: int | None = Field(
-        default=None, gt=0, description="R: steps until p = 1 (curriculum), or the replacing phase's length (constant, anti)"
-    )
-    replacing_fraction: float = Field(
-        default=0.5, gt=0, le=1, description="R as a fraction of training, when neither slope nor replacing_steps is given"
-    )
-
-    @model_validator(mode="after")
-    def _one_way_to_give_r(self) -> TheseusParams:
-        if self.slope is not None and self.replacing_steps is not None:
-            raise ValueError("give either slope or replacing_steps, not both")
-        if self.slope is not None and self.schedule == "constant":
-            raise ValueError("slope applies to the linear and anti_curriculum schedules; the constant schedule takes replacing_steps or replacing_fraction")
-        return self
+from methods.params.theseus import TheseusDeclaration, TheseusParams
 
 
 def sample_successors(num_modules: int, rate: float) -> list[bool]:
@@ -94,11 +65,7 @@ def sample_successors(num_modules: int, rate: float) -> list[bool]:
     return torch.bernoulli(torch.full((num_modules,), float(rate))).bool().tolist()
 
 
-class Theseus(ModuleReplacingMethod):
-    name = "theseus"
-    Params = TheseusParams
-    summary = "BERT-of-Theseus: replace teacher modules by successor layers with a rising Bernoulli rate"
-    same_modules_on_every_rank = False  # each rank draws its own successors and predecessors
+class Theseus(TheseusDeclaration, ModuleReplacingMethod):
 
     params: TheseusParams
 

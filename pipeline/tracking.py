@@ -14,6 +14,7 @@ A tracking server that does not answer is named at the first call, within second
 from __future__ import annotations
 
 import copy
+import logging
 import os
 import re
 import sqlite3
@@ -203,6 +204,22 @@ def check_writable(client: MlflowClient, uri: str, spec: SweepSpec, experiment_i
         raise refused(f"registered model {name!r}", "tracking.registered_model", e) from None
 
 
+def check_store_writable(client: MlflowClient, uri: str, source: str, spec: SweepSpec, experiment_id: str) -> None:
+    """A database or folder store opens and reads whatever its file's mode; the sweep writes its
+    tag (`drydock.last_sweep`) here, so that one it cannot write stops before any work. One store
+    holds the runs and the registry, so one write answers for both."""
+    database_log = logging.getLogger("mlflow.store.db.utils")  # logs the refused write's traceback at ERROR
+    level = database_log.level
+    database_log.setLevel(logging.CRITICAL)
+    try:
+        client.set_experiment_tag(experiment_id, WRITER_TAG, spec.name)
+    except Exception as e:  # noqa: BLE001 - SQLAlchemy's or the file system's error, said plainly
+        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise DrydockError(f"{source}: cannot write to the MLflow tracking store {redacted(uri)}: {reason}") from None
+    finally:
+        database_log.setLevel(level)
+
+
 class SweepTracker:
     """The sweep's parent run and the get-or-create logic for trial runs."""
 
@@ -221,6 +238,8 @@ class SweepTracker:
             raise DrydockError(f"{source}: cannot use the MLflow tracking store {redacted(self.uri)!r}: {reason}") from None
         if self.uri.startswith(("http://", "https://")):  # a server may refuse writes that reads pass
             check_writable(self.client, self.uri, spec, self.experiment_id)
+        else:  # so may a store's file (a read-only mlflow.db): its first write was the parent run, after the teacher
+            check_store_writable(self.client, self.uri, source, spec, self.experiment_id)
         self.spec = spec
         self.parent_id: str | None = None
         self._runs: dict[str, str] = {}

@@ -3,7 +3,7 @@ counts), so that a grid typed one value too long costs a glance, not a night.
 
 Nothing is downloaded and no model is loaded. The trials are the sweep's own expansion
 (`pipeline.search.space.expand_trials`: grids × draws of the random domains, duplicates dropped,
-× seeds), the steps the loop's own count (`pipeline.training.batches.total_steps`, the teacher's
+× seeds), the steps the loop's own count (`pipeline.training.steps.total_steps`, the teacher's
 with its own epochs, batch and step cap). The training rows are counted in the task's local files when it
 has them (counted, not checked: the data stage still refuses a bad file), else bounded by
 `task.max_train_samples`, else unknown; a hub split is never fetched to count it.
@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 from pipeline.config import SweepSpec, TaskConfig, TrainConfig, teacher_config
 
 if TYPE_CHECKING:
-    from methods.base import MethodParams
+    from methods.declaration import MethodParams
 
 # One CPU thread's training throughput: the MiniLM-sized step of benchmarks/RESULTS.md
 # ("Training-loop overhead": 1,121 ms for batch 32 × 64 tokens on 2 threads; 6 layers of hidden
@@ -220,7 +220,7 @@ def step_seconds(layer_parameters: int, tokens: int, threads: int, forward_only:
 
 def plan_sweep(spec: SweepSpec, cpus: int | None = None) -> SweepPlan:
     """The plan of a validated spec. `cpus`: this machine's (default: os.cpu_count())."""
-    from pipeline.training.batches import steps_per_epoch, total_steps
+    from pipeline.training.steps import steps_per_epoch, total_steps
 
     cpus = cpus or os.cpu_count() or 1
     rows = train_rows(spec.task)
@@ -263,7 +263,7 @@ def _teacher_plan(spec: SweepSpec, rows: Rows, shape: tuple[int, int, int] | Non
                   threads: int) -> tuple[int | None, str, float | None]:
     """The teacher's steps, its line and its estimate: fine-tuned with its own settings on the same rows,
     in the sweep's process (all of this machine's CPUs) or on a trial's workers."""
-    from pipeline.training.batches import total_steps
+    from pipeline.training.steps import total_steps
 
     if spec.teacher.finetuned:
         return None, f"given (teacher.finetuned: {spec.teacher.finetuned}); not fine-tuned", None
@@ -281,8 +281,7 @@ def _teacher_plan(spec: SweepSpec, rows: Rows, shape: tuple[int, int, int] | Non
 
 def _method_plans(spec: SweepSpec, steps: int | None, shape: tuple[int, int, int] | None, tokens: int,
                   threads: int) -> tuple[MethodPlan, ...]:
-    from methods import get_method
-    from methods.base import Method
+    from methods import get_declaration
     from pipeline.search.space import expand_trials
 
     searching = spec.search.searching
@@ -290,7 +289,7 @@ def _method_plans(spec: SweepSpec, steps: int | None, shape: tuple[int, int, int
     counts = Counter(t.method for t in trials)
     plans = []
     for name in spec.methods:
-        cls = get_method(name)
+        cls = get_declaration(name)
         mine = [t for t in trials if t.method == name]
         configs = {t.config_id: t.params for t in mine}
         if searching:  # one trial's estimate at the method's fixed values and defaults
@@ -305,7 +304,7 @@ def _method_plans(spec: SweepSpec, steps: int | None, shape: tuple[int, int, int
                 lows.append(low)
                 highs.append(low + (teacher_forward if cls.needs_teacher(params) else 0.0))
             seconds = (steps * sum(lows) / len(lows), steps * sum(highs) / len(highs)) if lows else None
-        note = "+ distillation on unlabeled text, not counted" if cls.unlabeled is not Method.unlabeled else ""
+        note = "+ distillation on unlabeled text, not counted" if cls.uses_unlabeled_text else ""
         plans.append(MethodPlan(name, 0 if searching else len(configs), counts[name], steps, seconds, note))
     return tuple(plans)
 

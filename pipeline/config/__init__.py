@@ -80,6 +80,7 @@ from pipeline.config.schema import (
     KEPT_BY_THE_RUN,
     MAX_NAME_LENGTH,
     MAX_SEED,
+    MAX_SPEC_BYTES,
     MAX_SPEC_DEPTH,
     MAX_SPEC_VALUES,
     MAX_TRIALS,
@@ -116,7 +117,7 @@ from pipeline.measure.runtimes import DEFAULT_RUNTIMES, RuntimeName
 
 __all__ = [
     "ADDED_LATER", "DEFAULT_FRONT", "DEFAULT_RUNTIMES", "DEFAULT_SHAPES", "DOMAINS", "DOMAIN_KINDS", "GLUE_TASKS", "HOW_IT_RUNS",
-    "KEPT_BY_THE_RUN", "MAX_COMBINATIONS_CHECKED", "MAX_NAME_LENGTH", "MAX_SEED", "MAX_SPEC_DEPTH", "MAX_SPEC_VALUES", "MAX_TRIALS",
+    "KEPT_BY_THE_RUN", "MAX_COMBINATIONS_CHECKED", "MAX_NAME_LENGTH", "MAX_SEED", "MAX_SPEC_BYTES", "MAX_SPEC_DEPTH", "MAX_SPEC_VALUES", "MAX_TRIALS",
     "METHOD_PROBLEMS", "NOT_FINGERPRINTED", "NO_METHODS", "PARAM_PROBLEMS", "ArchitectureConfig", "AshaConfig", "CarvedSplit", "Choice",
     "DeepSpeedConfig", "Domain", "FilesSource", "FinetuneSettings", "Fraction", "Grid", "HubSplits", "LatencyConfig", "LogUniform",
     "NonNegInt", "Number", "ParamSpace", "PlainName", "PositiveFloat", "PositiveInt", "RandInt", "ResourcesConfig", "RuntimeName",

@@ -22,13 +22,13 @@ from pipeline.errors import SpecError
 def validate_methods(spec: SweepSpec) -> list[str]:
     """What a method's parameters cannot say alone: whether the spec's resources can train it.
     (Its parameters and domains were checked as the spec was typed: `method_spaces`.)"""
-    from methods import get_method
+    from methods import get_declaration
 
     problems: list[str] = []
     resources = spec.resources
     for name in spec.methods:
         if (resources.strategy == "deepspeed" and resources.deepspeed.zero_stage == 3 and resources.workers_per_trial > 1
-                and not get_method(name).same_modules_on_every_rank):
+                and not get_declaration(name).same_modules_on_every_rank):
             problems.append(
                 f"methods.{name}: cannot train under resources.deepspeed.zero_stage 3 with {resources.workers_per_trial} "
                 f"workers: its ranks run different modules in one step, and ZeRO-3 gathers each module's weights with a "

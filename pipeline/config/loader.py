@@ -21,7 +21,7 @@ from pydantic import (
 from pipeline.config.checks import trial_count_problems, validate_methods
 from pipeline.config.messages import did_you_mean, format_error
 from pipeline.config.params import METHOD_PROBLEMS
-from pipeline.config.schema import GLUE_TASKS, MAX_SPEC_DEPTH, MAX_SPEC_VALUES, SweepSpec
+from pipeline.config.schema import GLUE_TASKS, MAX_SPEC_BYTES, MAX_SPEC_DEPTH, MAX_SPEC_VALUES, SweepSpec
 from pipeline.errors import SpecError, redacted
 
 # loading
@@ -195,9 +195,13 @@ def load_spec(path: str | Path, overrides: list[str] | None = None) -> SweepSpec
     if not path.is_file():
         raise SpecError(f"{path}: spec file not found")
     try:
-        data = path.read_bytes()
+        with path.open("rb") as f:
+            data = f.read(MAX_SPEC_BYTES + 1)  # not the whole of a file that is not a spec
     except OSError as e:
         raise SpecError(f"{path}: cannot be read ({e.strerror or e})") from None
+    if len(data) > MAX_SPEC_BYTES:
+        raise SpecError(f"{path}: {path.stat().st_size:,} bytes; a spec may be at most {MAX_SPEC_BYTES:,} bytes "
+                        f"(is this the spec file?)")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:

@@ -213,7 +213,7 @@ def _combination_problems(model: type[BaseModel], space: ParamSpace) -> list[str
 def method_spaces(raw: dict[Any, Any]) -> dict[str, ParamSpace]:
     """The spec's `methods:` section typed: each method registered, each of its parameters a
     value or a domain its `Params` accepts. Raises a METHOD_PROBLEMS error listing every problem."""
-    from methods import get_method, registered_methods
+    from methods import get_declaration, registered_methods
 
     known = registered_methods()
     spaces: dict[str, ParamSpace] = {}
@@ -222,7 +222,7 @@ def method_spaces(raw: dict[Any, Any]) -> dict[str, ParamSpace]:
         if name not in known:
             lines.append(f"methods.{name}: unknown method (registered: {', '.join(sorted(known))}){did_you_mean(name, known)}")
             continue
-        model = param_space_model(get_method(name).Params)
+        model = param_space_model(get_declaration(name).Params)
         if isinstance(params, model):
             spaces[name] = params
             continue

@@ -63,6 +63,9 @@ MAX_SEED = 2**32 - 1  # numpy's seeds are 32-bit (torch's 64): every seed a spec
 Seed = Annotated[int, Field(ge=0, le=MAX_SEED)]
 MAX_NAME_LENGTH = 64  # a sweep name becomes folder names, Ray run names and MLflow names
 MAX_TRIALS = 10_000  # configurations × seeds of one sweep: every one is a row, a run and a training
+# a spec file's size: hand-written specs are a few KB, and PyYAML's pure-Python parser took 14-62 s
+# for 10 MB (issue 37); 256 KiB parses in well under a second
+MAX_SPEC_BYTES = 256 * 1024
 MAX_SPEC_VALUES = 100_000  # values in a spec once YAML aliases are expanded
 MAX_SPEC_DEPTH = 50  # levels of nesting
 _PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     import optuna
     from optuna.distributions import BaseDistribution
 
-    from methods.base import MethodParams
+    from methods.declaration import MethodParams
 
 METHOD = "method"  # the study's parameter that chooses the method
 _PLAIN = (type(None), bool, int, float, str)  # what Optuna accepts as a categorical value

@@ -26,7 +26,7 @@ from pipeline.search.sealed import Sealed
 from pipeline.workdir import trial_key
 
 if TYPE_CHECKING:  # at run time the driver imports this module, which must not load torch (methods.base does)
-    from methods.base import MethodParams
+    from methods.declaration import MethodParams
 
 
 class Trial:
@@ -89,9 +89,9 @@ def as_trial(trial: Trial | Mapping[str, Any]) -> Trial:
     validated here, once, into its method's Params."""
     if isinstance(trial, Trial):
         return trial
-    from methods import get_method  # a sweep's own process or a Train worker: methods are loaded there
+    from methods import get_declaration
 
-    params = get_method(trial["method"]).Params.model_validate(trial["params"])
+    params = get_declaration(trial["method"]).Params.model_validate(trial["params"])
     return Trial(trial["method"], params, int(trial["seed"]), trial["config_id"])
 
 

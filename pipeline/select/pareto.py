@@ -97,10 +97,10 @@ def config_label(method: str, params: dict[str, Any]) -> str:
 def method_defaults(method: str) -> dict[str, Any] | None:
     """A method's parameter defaults as results.parquet stores them; None where the method is
     not installed here (its labels then list every parameter)."""
-    from methods import get_method
+    from methods import get_declaration
 
     try:
-        fields = get_method(method).Params.model_fields
+        fields = get_declaration(method).Params.model_fields
     except (KeyError, ImportError, TypeError):
         return None
     defaults = flatten({k: f.get_default(call_default_factory=True) for k, f in fields.items()}, PARAM_PREFIX)

@@ -11,7 +11,6 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, Sampler
 
-from pipeline.config import TrainConfig
 from pipeline.prepare.padding import pad_batch
 from pipeline.training.engine import Distributed
 
@@ -89,12 +88,3 @@ class BatchStream:
         self.sampler.skip = int(state["consumed"]) * self.micro_batch
         self.consumed = int(state["consumed"])
         self._it = None
-
-
-def steps_per_epoch(num_examples: int, batch_size: int) -> int:
-    return max(1, math.ceil(num_examples / batch_size))
-
-
-def total_steps(train: TrainConfig, num_examples: int) -> int:
-    steps = max(1, math.ceil(train.epochs * steps_per_epoch(num_examples, train.batch_size)))
-    return min(steps, train.max_steps) if train.max_steps else steps

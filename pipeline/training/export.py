@@ -30,7 +30,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from methods import get_method
+from methods import get_declaration
 from methods.base import Method, TaskInfo, logits_of
 from pipeline.errors import DrydockError
 from pipeline.prepare.model_card import write_card
@@ -92,7 +92,7 @@ def method_facts(name: str | None, params: dict[str, Any] | None) -> dict[str, A
     teacher), kept in drydock.json because the card is rendered again later from the folder
     alone, by the select stage, which may not reach the method registry through training."""
     try:
-        cls = get_method(str(name))
+        cls = get_declaration(str(name))
     except (KeyError, TypeError, ImportError):  # a method whose plugin is gone: the card names it only
         return {}
     try:

@@ -28,11 +28,12 @@ import torch
 
 from methods.base import Method, Phase, Progress
 from pipeline.config import TrainConfig
-from pipeline.training.batches import BatchStream, steps_per_epoch, total_steps
+from pipeline.training.batches import BatchStream
 from pipeline.training.engine import Distributed, Engine, check_groups, diverged_ranks
 from pipeline.training.evaluation import evaluate
 from pipeline.training.shared import SharedWorkCache
 from pipeline.training.step_bar import StepDisplay, display_mode
+from pipeline.training.steps import steps_per_epoch, total_steps
 from pipeline.workdir import CHECKPOINT_FILE as CHECKPOINT_FILE
 from pipeline.workdir import RNG_FILE, atomic_folder
 

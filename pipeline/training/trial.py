@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from methods import get_method
-from methods.base import MethodParams
+from methods import get_declaration, get_method
+from methods.declaration import MethodParams
 from pipeline.config import SweepSpec, default_params
 from pipeline.prepare.revisions import source_revisions
 from pipeline.prepare.stage import Prepared, prepare
@@ -40,7 +40,7 @@ def resolve_params(spec: SweepSpec, method_name: str, overrides: dict[str, Any] 
     still given as a search domain falls back to the method's default."""
     params = default_params(spec.methods.get(method_name) or {})
     params.update(overrides or {})
-    return get_method(method_name).Params.model_validate(params)
+    return get_declaration(method_name).Params.model_validate(params)
 
 
 class _Laps:

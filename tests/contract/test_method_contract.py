@@ -169,5 +169,28 @@ def test_methods_never_import_ray_mlflow_or_deepspeed():
 
     root = pathlib.Path(__file__).resolve().parents[2] / "methods"
     pattern = re.compile(r"^\s*(import|from)\s+(ray|mlflow|deepspeed)\b", re.M)
-    offenders = [p.name for p in root.glob("*.py") if pattern.search(p.read_text())]
+    offenders = [p.name for p in root.rglob("*.py") if pattern.search(p.read_text())]
     assert not offenders, f"methods/ must stay free of ray, mlflow and deepspeed: {offenders}"
+
+
+@pytest.mark.parametrize("name", registered_methods())
+def test_a_method_asking_for_unlabeled_text_declares_it(name):
+    """The plan reads `uses_unlabeled_text` from the declaration, without the Method (so without
+    torch): a method that overrides `unlabeled` and does not say so would be planned wrong."""
+    from methods.base import Method
+
+    cls = get_method(name)
+    assert (cls.unlabeled is not Method.unlabeled) == cls.uses_unlabeled_text
+
+
+def test_declarations_import_neither_torch_nor_transformers():
+    """Their modules are what `drydock validate` imports (a fresh process checks it at run time:
+    tests/unit/methods/test_registry.py); this names the file that breaks the rule."""
+    import pathlib
+    import re
+
+    root = pathlib.Path(__file__).resolve().parents[2] / "methods"
+    pattern = re.compile(r"^\s*(import|from)\s+(torch|transformers|methods\.(base|_bert|_l0|_losses|_pruned_bert|_replacing|_surgery))\b", re.M)
+    files = [root / "declaration.py", *sorted((root / "params").glob("*.py"))]
+    offenders = [p.name for p in files if pattern.search(p.read_text())]
+    assert not offenders, f"declarations must import no torch: {offenders}"

@@ -48,9 +48,10 @@ ROOMS_ALLOWED["workdir"] = set()
 for _room in ("lock", "storage", "config", "results", "tracking", "prepare", "training", "search", "measure", "select", "sweep", "retrain",
               "cli", "api"):
     ROOMS_ALLOWED[_room].add("workdir")
-# What the pipeline may import from methods/: the registry and the contract, never a method's
-# file (a method is reached by name) nor a private helper module.
-METHODS_PUBLIC = {"methods", "methods.base"}
+# What the pipeline may import from methods/: the registry and the contract (the torch-free
+# declaration and the Method's base), never a method's file or its declaration's (a method is
+# reached by name) nor a private helper module.
+METHODS_PUBLIC = {"methods", "methods.base", "methods.declaration"}
 # What the spec schema may import from measure: the runtime table, which imports nothing heavy.
 CONFIG_FROM_MEASURE = {"pipeline.measure.runtimes"}
 # The spec's package is reached through its face: every other room imports `pipeline.config`,

@@ -106,6 +106,39 @@ def test_a_spec_that_is_not_utf8_names_the_file_line_and_byte(tmp_path, capsys):
         f"{tmp_path / 'spec.yaml'}: line {last}: byte {len(text) + 4} (0xef) is not UTF-8; save the spec as UTF-8")
 
 
+def test_a_spec_file_over_the_size_limit_is_refused_before_parsing(tmp_path, capsys):
+    """A valid spec padded to 10 MB with a comment parsed for 14-62 s and passed."""
+    from pipeline.config import MAX_SPEC_BYTES
+
+    text = yaml.safe_dump(BASE).encode()
+    at_limit = text + b"#" + b"x" * (MAX_SPEC_BYTES - len(text) - 2) + b"\n"
+    assert len(at_limit) == MAX_SPEC_BYTES and validate(tmp_path, capsys, at_limit) == (0, [])
+    big = text + b"# " + b"x" * 10_000_000 + b"\n"
+    assert refused(tmp_path, capsys, big) == (f"{tmp_path / 'spec.yaml'}: {len(big):,} bytes; a spec may be at most "
+                                             f"{MAX_SPEC_BYTES:,} bytes (is this the spec file?)")
+
+
+EVERY_METHOD = {**BASE, "methods": {name: {} for name in ("finetune", "kd", "pkd", "theseus", "dcr", "minilm", "cofi")}}
+VALIDATE_IN_A_FRESH_PROCESS = """
+import json, sys
+from pipeline.cli.main import main
+code = main(["validate", sys.argv[1]])
+print(json.dumps({"code": code, "heavy": sorted(m for m in ("torch", "transformers", "ray", "mlflow") if m in sys.modules)}))
+"""
+
+
+def test_validate_imports_neither_torch_nor_transformers(tmp_path):
+    """`drydock validate` took 6-10 s, 5 of them importing torch and transformers for the
+    methods' parameter models; it reads their torch-free declarations now
+    (methods/declaration.py) and takes well under 2 s (docs/commands.md)."""
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(EVERY_METHOD))
+    out = subprocess.run([sys.executable, "-c", VALIDATE_IN_A_FRESH_PROCESS, str(path)], capture_output=True, text=True,
+                         check=True, cwd=ROOT)
+    assert json.loads(out.stdout.splitlines()[-1]) == {"code": 0, "heavy": []}
+    assert "7 trial(s)" in out.stdout
+
+
 # --- the spec's own fields -------------------------------------------------------------------
 
 

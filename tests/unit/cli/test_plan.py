@@ -134,7 +134,7 @@ def test_rows_unknown_and_hub_rows_bounded_by_max_train_samples(tmp_path):
 
 
 def test_the_teachers_steps_are_the_teacher_stages(tmp_path):
-    from pipeline.training.batches import total_steps
+    from pipeline.training.steps import total_steps
     from pipeline.training.teacher import teacher_train_config
 
     for sets in ([], ["teacher.finetune.max_steps=7"], ["teacher.finetune.epochs=0.5", "train.grad_accumulation=4"]):

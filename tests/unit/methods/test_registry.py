@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 import methods
-from methods import get_method, registered_methods
+from methods import get_declaration, get_method, registered_methods
 from methods.base import Method
+from methods.declaration import MethodDeclaration
 
 METHODS_DIR = Path(methods.__file__).parent
 
@@ -18,7 +22,7 @@ METHODS_DIR = Path(methods.__file__).parent
 def test_every_method_file_is_registered_under_its_name():
     found = {}
     for path in sorted(METHODS_DIR.glob("*.py")):
-        if path.stem.startswith("_") or path.stem == "base":
+        if path.stem.startswith("_") or path.stem in ("base", "declaration"):
             continue
         module = importlib.import_module(f"methods.{path.stem}")
         own = [c for c in vars(module).values()
@@ -29,6 +33,78 @@ def test_every_method_file_is_registered_under_its_name():
     assert {"finetune", "kd", "theseus", "dcr", "pkd", "minilm", "cofi"} <= set(found)
     for name, cls in found.items():
         assert get_method(name) is cls
+        declaration = get_declaration(name)
+        assert issubclass(cls, declaration) and not issubclass(declaration, Method)
+        assert declaration.__module__ == f"methods.params.{path_stem(cls)}"  # one torch-free file per method
+        assert cls.Params is declaration.Params and cls.summary == declaration.summary
+
+
+def path_stem(cls: type) -> str:
+    return cls.__module__.rpartition(".")[2]
+
+
+DECLARATIONS_IMPORT = """
+import json, sys
+import methods
+declared = {n: methods.get_declaration(n).Params.__name__ for n in methods.registered_methods()}
+print(json.dumps({"declared": declared, "heavy": sorted(m for m in ("torch", "transformers") if m in sys.modules)}))
+"""
+
+
+def test_every_declaration_is_read_without_importing_torch_or_transformers():
+    """What `drydock validate` and `drydock plan` read of every built-in: a fresh process that
+    loads all seven declarations has imported neither (they took ~5 s of the 6 s a validate took)."""
+    out = subprocess.run([sys.executable, "-c", DECLARATIONS_IMPORT], capture_output=True, text=True, check=True,
+                         cwd=METHODS_DIR.parent)
+    found = json.loads(out.stdout)
+    assert found["heavy"] == []
+    assert found["declared"] == {"cofi": "CoFiParams", "dcr": "DCRParams", "finetune": "FinetuneParams", "kd": "KDParams",
+                                 "minilm": "MiniLMParams", "pkd": "PKDParams", "theseus": "TheseusParams"}
+
+
+class _Declared(MethodDeclaration):
+    name = "declared"
+    implementation = "methods.kd:KnowledgeDistillation"  # a Method, but not of this declaration
+
+
+class _Undeclared(MethodDeclaration):
+    name = "undeclared"
+
+
+def test_get_method_refuses_an_implementation_that_does_not_subclass_its_declaration(monkeypatch):
+    """Were the Method free of its declaration, the spec would be validated by one Params model
+    and the trial built from another."""
+    monkeypatch.setitem(sys.modules, "fake_plugin", type(sys)("fake_plugin"))
+    sys.modules["fake_plugin"].Declared = _Declared  # type: ignore[attr-defined]
+    sys.modules["fake_plugin"].Undeclared = _Undeclared  # type: ignore[attr-defined]
+    monkeypatch.setattr(methods, "_targets", lambda: {"declared": "fake_plugin:Declared", "undeclared": "fake_plugin:Undeclared"})
+    get_declaration.cache_clear()
+    get_method.cache_clear()
+    try:
+        assert get_declaration("declared") is _Declared
+        with pytest.raises(TypeError, match=r"_Declared.implementation methods.kd:KnowledgeDistillation is not"):
+            get_method("declared")
+        with pytest.raises(TypeError, match=r"_Undeclared.implementation \(none\) is not"):
+            get_method("undeclared")
+    finally:
+        get_declaration.cache_clear()
+        get_method.cache_clear()
+
+
+def test_a_plugin_method_registered_directly_is_its_own_declaration(monkeypatch):
+    """The entry point of a plugin written before declarations existed names its Method: it still
+    works, and its declaration is the Method itself."""
+    from methods.kd import KnowledgeDistillation
+
+    monkeypatch.setattr(methods, "_targets", lambda: {"kd": "methods.kd:KnowledgeDistillation"})
+    get_declaration.cache_clear()
+    get_method.cache_clear()
+    try:
+        assert get_declaration("kd") is KnowledgeDistillation
+        assert get_method("kd") is KnowledgeDistillation
+    finally:
+        get_declaration.cache_clear()
+        get_method.cache_clear()
 
 
 def test_a_built_in_that_cannot_be_imported_is_an_import_error_not_an_unknown_method(monkeypatch):

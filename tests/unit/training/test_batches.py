@@ -5,14 +5,11 @@ from __future__ import annotations
 
 import torch
 
-from pipeline.config import TrainConfig
 from pipeline.prepare.padding import pad_batch
 from pipeline.training import batches
 
 
-def test_total_steps_and_epoch_sampler_cover_every_example_once_per_epoch():
-    assert batches.total_steps(TrainConfig(epochs=2, batch_size=32), 100) == 8
-    assert batches.total_steps(TrainConfig(epochs=2, batch_size=32, max_steps=5), 100) == 5
+def test_the_epoch_sampler_covers_every_example_once_per_epoch():
     ranks = [batches.EpochSampler(10, seed=3, rank=r, world_size=2).indices() for r in (0, 1)]
     assert sorted(ranks[0] + ranks[1]) == list(range(10))
     s = batches.EpochSampler(10, seed=3)
