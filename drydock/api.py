@@ -114,6 +114,7 @@ def sweep(spec: SweepSpec | str | os.PathLike[str] | Mapping[str, Any], workdir:
 
     spec = load_spec(spec)
     store = WorkStore.open(os.fspath(workdir))
+    store.check_writable()  # before the lock, which makes a folder there: `--workdir /proc` was a traceback
     with logs.library(show) as log, ExitStack() as held:
         try:  # in <workdir>/<name>/ (for a URI, this node's folder for it: the lock is this host's)
             held.enter_context(spec_lock(store.path(spec.name), f"drydock sweep {spec.name}"))

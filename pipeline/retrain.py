@@ -76,6 +76,7 @@ def retrain(spec: SweepSpec, workdir: str | Path, *, address: str | None = None,
     from pipeline.storage import WorkStore
 
     store = WorkStore.open(workdir)  # a folder (its own local folder) or a URI (this node's folder for it)
+    store.check_writable()  # before the lock, which makes a folder there
     workdir = store.local
     sweep_dir = workdir / spec.name  # the lock's folder, as `drydock sweep` takes it (pipeline.lock)
     with spec_lock(sweep_dir, f"drydock retrain {spec.name}"):
