@@ -68,12 +68,12 @@ def drydock_steps(data: datasets.Dataset, steps: int) -> list[float]:
 def plain_steps(data: datasets.Dataset, steps: int) -> list[float]:
     torch.manual_seed(0)
     model = model_factory().train()
-    batches = [batches.collate([data[i] for i in range(s * BATCH, (s + 1) * BATCH)]) for s in range(steps)]
+    collated = [batches.collate([data[i] for i in range(s * BATCH, (s + 1) * BATCH)]) for s in range(steps)]
     optimizer = torch.optim.AdamW(model.parameters(), lr=5e-5, weight_decay=0.01)
     warmup = int(0.1 * steps)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: engine.lr_factor(s, steps, warmup, "linear"))
     stamps = []
-    for batch in batches:
+    for batch in collated:
         labels = batch.pop("labels")
         loss = torch.nn.functional.cross_entropy(model(**batch).logits, labels)
         loss.backward()

@@ -64,12 +64,17 @@ def _override_lines(overrides: Overrides) -> list[str]:
 def validate(spec: SweepSpec | str | os.PathLike[str] | Mapping[str, Any], overrides: Overrides = None) -> SweepPlan:
     """Check a spec as `drydock validate` does, without running anything: its fields, its
     methods against the resources, the teacher's own limits (where its config is on this
-    machine) and the DeepSpeed preset it names. Returns the plan it counted (`plan`); raises
-    `SpecError` with every problem at once."""
+    machine) and the DeepSpeed preset it names. Returns the plan it counted (`plan`; its time
+    estimate at a reference speed, not this machine's); raises `SpecError` with every problem at
+    once."""
+    return _checked_plan(spec, overrides, probe=False)
+
+
+def _checked_plan(spec: SweepSpec | str | os.PathLike[str] | Mapping[str, Any], overrides: Overrides, probe: bool) -> SweepPlan:
     from pipeline.cli import logs
 
     with logs.library(show=False):  # what importing the stages' libraries sets is put back
-        from pipeline.cli.plan import plan_sweep
+        from pipeline.cli.plan import plan_sweep, probe_flops_per_thread
         from pipeline.config import SweepSpec, check_for_sweep, load_deepspeed_preset
 
         failed = SpecError([])
@@ -87,14 +92,14 @@ def validate(spec: SweepSpec | str | os.PathLike[str] | Mapping[str, Any], overr
                 problems += failed.about_the_rest([p for p in e.problems if p not in problems])
         if problems:
             raise SpecError(problems)
-        return plan_sweep(checked)  # a draw a method refuses is a problem too
+        return plan_sweep(checked, flops_per_thread=probe_flops_per_thread() if probe else None)  # a draw a method refuses is a problem too
 
 
 def plan(spec: SweepSpec | str | os.PathLike[str] | Mapping[str, Any], overrides: Overrides = None) -> SweepPlan:
     """What a sweep of the spec would run: trials per method, steps per trial, the teacher's
-    steps and a time estimate for this machine (`print(plan)` shows `drydock plan`'s table).
-    Validates the spec first, as `validate`."""
-    return validate(spec, overrides)
+    steps and a time estimate for this machine, whose speed it probes (half a second; `print(plan)`
+    shows `drydock plan`'s table). Validates the spec first, as `validate`."""
+    return _checked_plan(spec, overrides, probe=True)
 
 
 def sweep(spec: SweepSpec | str | os.PathLike[str] | Mapping[str, Any], workdir: str | os.PathLike[str] = DEFAULT_WORKDIR, *,

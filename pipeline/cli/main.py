@@ -152,7 +152,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
     """`drydock.validate`: one line (scripts read it: benchmarks/gpu_smoke.sh); `plan` adds the table."""
     import drydock
 
-    plan = drydock.validate(args.spec, args.overrides)  # every problem, the schema's and the rest's, in one pass
+    check = drydock.plan if args.command == "plan" else drydock.validate  # plan probes this machine's speed
+    plan = check(args.spec, args.overrides)  # every problem, the schema's and the rest's, in one pass
     spec = drydock.load_spec(args.spec, args.overrides)
     print(f"{args.spec}: valid (sweep {spec.name!r}, task {spec.task.name}, methods: {', '.join(spec.methods)}; {plan.summary})")
     if args.command == "plan":

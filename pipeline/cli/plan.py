@@ -10,8 +10,12 @@ has them (counted, not checked: the data stage still refuses a bad file), else b
 
 The time is an estimate, and printed as one. A training step costs about 6 FLOPs per encoder-
 layer parameter per token (2 forward, 4 backward), tokens = `train.batch_size` ×
-`task.max_seq_length` (an upper bound: batches are padded only to their longest text), at
-`CPU_FLOPS_PER_THREAD` for every CPU thread a trial holds. A method that needs the teacher may run
+`task.max_seq_length` (an upper bound: batches are padded only to their longest text), at this
+machine's training throughput for every CPU thread a trial holds: `drydock plan` probes its
+float32 matrix product on one thread (`probe_flops_per_thread`, half a second) and takes
+`TRAINING_SHARE` of it, the share a training step reaches (`benchmarks/plan_calibration.py`).
+The same spec's plan was 2-2.5 times too short on a day this machine ran at half its speed, when
+the figure was a constant (issue 36). A method that needs the teacher may run
 it forward every step as well (2 FLOPs per teacher parameter per token): that is the upper end of
 the range printed; methods that only borrow its layers (Theseus, `finetune` from the fine-tuned
 teacher) cost the lower end. A method without a student depth of its own (CoFi's pruning) trains
@@ -34,11 +38,17 @@ from pipeline.config import SweepSpec, TaskConfig, TrainConfig, teacher_config
 if TYPE_CHECKING:
     from methods.declaration import MethodParams
 
-# One CPU thread's training throughput: the MiniLM-sized step of benchmarks/RESULTS.md
-# ("Training-loop overhead": 1,121 ms for batch 32 × 64 tokens on 2 threads; 6 layers of hidden
-# 384, intermediate 1536, i.e. 10.65M layer parameters): 6 × 10.65M × 2,048 / 1.121 s / 2.
-# The same figure predicts the quickstart's teacher stage (500 steps: 9.3 minutes; measured 9).
+# One CPU thread's training throughput where nothing was probed (`drydock validate`, whose counts
+# need no time): the MiniLM-sized step of benchmarks/RESULTS.md ("Training-loop overhead": 1,121 ms
+# for batch 32 × 64 tokens on 2 threads; 6 layers of hidden 384, intermediate 1536, i.e. 10.65M
+# layer parameters): 6 × 10.65M × 2,048 / 1.121 s / 2.
 CPU_FLOPS_PER_THREAD = 5.8e10
+# A MiniLM-sized training step's throughput per thread as a share of the probe's matrix product on
+# one thread, measured on one machine in one run (benchmarks/plan_calibration.py; RESULTS.md,
+# "The plan's time estimate"): 0.62 on one thread, 0.56 on two. The two-thread figure: the teacher
+# runs on every CPU, and trials running side by side share the memory bandwidth.
+TRAINING_SHARE = 0.56
+PROBE_SIZE = 1024  # the probe's square float32 matrices
 
 # The GLUE release's folder of each task (the layout `pipeline.prepare.glue_dir` reads; a test keeps
 # the two equal). CoLA's train.tsv has no header row.
@@ -83,6 +93,8 @@ class SweepPlan:
     cpus: int
     search: str = ""  # a searching algorithm's line (empty for the grid): which, its budget, what it aims at
     budget: int | None = None  # a searching algorithm's configurations in all; None: the grid's own count
+    flops_per_thread: float = CPU_FLOPS_PER_THREAD  # the training throughput per CPU thread the estimate assumes
+    probed: bool = False  # whether that is this machine's, probed (`drydock plan`), or the reference figure
 
     @property
     def trials(self) -> int:
@@ -209,8 +221,35 @@ def student_params(spec: SweepSpec, method_fields: set[str], params: MethodParam
     return int(layers) * layer_params(int(width), int(inner))
 
 
-def step_seconds(layer_parameters: int, tokens: int, threads: int, forward_only: bool = False) -> float:
-    return (2 if forward_only else 6) * layer_parameters * tokens / (CPU_FLOPS_PER_THREAD * max(1, threads))
+def step_seconds(layer_parameters: int, tokens: int, threads: int, forward_only: bool = False,
+                 flops_per_thread: float = CPU_FLOPS_PER_THREAD) -> float:
+    return (2 if forward_only else 6) * layer_parameters * tokens / (flops_per_thread * max(1, threads))
+
+
+def probe_matmul_flops(repeats: int = 7) -> float:
+    """This machine's float32 matrix product on one thread, now: the median of `repeats` products
+    of two PROBE_SIZE² matrices (numpy, its BLAS held to one thread). About half a second; a
+    machine that is slower today, or busy, gets a longer estimate."""
+    import statistics
+    import time
+
+    import numpy as np
+    from threadpoolctl import threadpool_limits
+
+    a = np.random.default_rng(0).standard_normal((PROBE_SIZE, PROBE_SIZE), dtype=np.float32)
+    times = []
+    with threadpool_limits(limits=1, user_api="blas"):
+        a @ a  # the first product pays for the BLAS's own set-up
+        for _ in range(repeats):
+            start = time.perf_counter()
+            a @ a
+            times.append(time.perf_counter() - start)
+    return 2 * PROBE_SIZE**3 / statistics.median(times)
+
+
+def probe_flops_per_thread() -> float:
+    """The training throughput per CPU thread the plan assumes on this machine."""
+    return TRAINING_SHARE * probe_matmul_flops()
 
 
 # ----------------------------------------------------------------------------------------------
@@ -218,8 +257,11 @@ def step_seconds(layer_parameters: int, tokens: int, threads: int, forward_only:
 # ----------------------------------------------------------------------------------------------
 
 
-def plan_sweep(spec: SweepSpec, cpus: int | None = None) -> SweepPlan:
-    """The plan of a validated spec. `cpus`: this machine's (default: os.cpu_count())."""
+def plan_sweep(spec: SweepSpec, cpus: int | None = None, flops_per_thread: float | None = None) -> SweepPlan:
+    """The plan of a validated spec. `cpus`: this machine's (default: os.cpu_count());
+    `flops_per_thread`: its training throughput per thread (`probe_flops_per_thread`; None: the
+    reference figure, CPU_FLOPS_PER_THREAD, where no time is shown)."""
+    flops = flops_per_thread or CPU_FLOPS_PER_THREAD
     from pipeline.training.steps import steps_per_epoch, total_steps
 
     cpus = cpus or os.cpu_count() or 1
@@ -228,8 +270,8 @@ def plan_sweep(spec: SweepSpec, cpus: int | None = None) -> SweepPlan:
     steps = total_steps(train, rows.count) if rows.count else None
     threads = r.workers_per_trial * max(1, int(r.cpus_per_worker))  # torch's threads per worker (pipeline.search.worker)
     shape = None if r.use_gpu else teacher_shape(spec)
-    methods = _method_plans(spec, steps, shape, train.batch_size * spec.task.max_seq_length, threads)
-    teacher_steps, teacher, teacher_seconds = _teacher_plan(spec, rows, shape, cpus if not r.teacher_on_workers() else threads)
+    methods = _method_plans(spec, steps, shape, train.batch_size * spec.task.max_seq_length, threads, flops)
+    teacher_steps, teacher, teacher_seconds = _teacher_plan(spec, rows, shape, cpus if not r.teacher_on_workers() else threads, flops)
     on_cluster = bool(r.address or os.environ.get("RAY_ADDRESS"))
     fits = max(1, int(cpus // (r.workers_per_trial * r.cpus_per_worker)))
     parallel = None if on_cluster else min(fits, spec.search.max_concurrent_trials or fits)
@@ -237,7 +279,8 @@ def plan_sweep(spec: SweepSpec, cpus: int | None = None) -> SweepPlan:
     batch = (f"global batch {train.batch_size}: {r.workers_per_trial} worker(s) × micro-batch {micro} × "
              f"{train.grad_accumulation} accumulation")
     return SweepPlan(rows, len(spec.seeds), methods, steps, steps_per_epoch(rows.count, train.batch_size) if rows.count else None,
-                     train.epochs, batch, teacher_steps, teacher, teacher_seconds, parallel, cpus, *_search_plan(spec))
+                     train.epochs, batch, teacher_steps, teacher, teacher_seconds, parallel, cpus, *_search_plan(spec),
+                     flops_per_thread=flops, probed=flops_per_thread is not None)
 
 
 def _search_plan(spec: SweepSpec) -> tuple[str, int | None]:
@@ -260,7 +303,7 @@ def teacher_steps_config(spec: SweepSpec) -> TrainConfig:
 
 
 def _teacher_plan(spec: SweepSpec, rows: Rows, shape: tuple[int, int, int] | None,
-                  threads: int) -> tuple[int | None, str, float | None]:
+                  threads: int, flops: float) -> tuple[int | None, str, float | None]:
     """The teacher's steps, its line and its estimate: fine-tuned with its own settings on the same rows,
     in the sweep's process (all of this machine's CPUs) or on a trial's workers."""
     from pipeline.training.steps import total_steps
@@ -276,11 +319,11 @@ def _teacher_plan(spec: SweepSpec, rows: Rows, shape: tuple[int, int, int] | Non
     if shape is None or steps is None:
         return steps, line, None
     tokens = finetune.batch_size * spec.task.max_seq_length
-    return steps, line, steps * step_seconds(shape[0] * layer_params(*shape[1:]), tokens, threads)
+    return steps, line, steps * step_seconds(shape[0] * layer_params(*shape[1:]), tokens, threads, flops_per_thread=flops)
 
 
 def _method_plans(spec: SweepSpec, steps: int | None, shape: tuple[int, int, int] | None, tokens: int,
-                  threads: int) -> tuple[MethodPlan, ...]:
+                  threads: int, flops: float) -> tuple[MethodPlan, ...]:
     from methods import get_declaration
     from pipeline.search.space import expand_trials
 
@@ -297,10 +340,11 @@ def _method_plans(spec: SweepSpec, steps: int | None, shape: tuple[int, int, int
         seconds = None
         if shape and steps:
             fields = set(cls.Params.model_fields)
-            teacher_forward = step_seconds(shape[0] * layer_params(*shape[1:]), tokens, threads, forward_only=True)
+            teacher_forward = step_seconds(shape[0] * layer_params(*shape[1:]), tokens, threads, forward_only=True,
+                                           flops_per_thread=flops)
             lows, highs = [], []
             for params in configs.values():
-                low = step_seconds(student_params(spec, fields, params, shape), tokens, threads)
+                low = step_seconds(student_params(spec, fields, params, shape), tokens, threads, flops_per_thread=flops)
                 lows.append(low)
                 highs.append(low + (teacher_forward if cls.needs_teacher(params) else 0.0))
             seconds = (steps * sum(lows) / len(lows), steps * sum(highs) / len(highs)) if lows else None
@@ -381,8 +425,10 @@ def _time_line(plan: SweepPlan) -> str:
     else:
         low = sum(m.seconds[0] * m.trials for m in plan.methods if m.seconds is not None)
         high = sum(m.seconds[1] * m.trials for m in plan.methods if m.seconds is not None)
-    basis = (f"6 FLOPs per parameter per token at {CPU_FLOPS_PER_THREAD / 1e9:.0f} GFLOP/s per CPU thread, measured on a "
-             "MiniLM-sized step; evaluation, export and latency measurement not included")
+    rate = f"{plan.flops_per_thread / 1e9:.0f} GFLOP/s per CPU thread"
+    rate = (f"{rate} ({TRAINING_SHARE:g} × this machine's float32 matrix product on one thread, probed now)" if plan.probed
+            else f"{rate}, measured on a MiniLM-sized step")
+    basis = f"6 FLOPs per parameter per token at {rate}; evaluation, export and latency measurement not included"
     teacher = plan.teacher_seconds or 0.0
     if plan.parallel is None:
         return (f"≈ {span(low + teacher, high + teacher)} of trial time in all, to divide by the trials the cluster runs at once "

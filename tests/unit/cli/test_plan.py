@@ -104,6 +104,40 @@ def test_the_time_estimate_follows_its_documented_formula(tmp_path):
     assert plan.teacher_seconds == pytest.approx(10 * 6 * 2 * layer * 50 * 16 / (CPU_FLOPS_PER_THREAD * 2))
 
 
+def test_the_estimate_is_at_this_machines_probed_speed_and_says_so(tmp_path, monkeypatch, capsys):
+    """The same spec's plan said 9-12 minutes and the demo took 25 on a day this machine ran at
+    half the speed the constant assumed: `drydock plan` probes the machine, `validate` does not."""
+    import drydock
+    from pipeline.cli import plan as plan_module
+
+    reference = plan_sweep(load_spec(write_spec(tmp_path)), cpus=2)
+    half = plan_sweep(load_spec(write_spec(tmp_path)), cpus=2, flops_per_thread=CPU_FLOPS_PER_THREAD / 2)
+    assert half.teacher_seconds == pytest.approx(2 * reference.teacher_seconds)
+    assert [m.seconds for m in half.methods] == [pytest.approx(tuple(2 * s for s in m.seconds)) for m in reference.methods]
+    assert "measured on a MiniLM-sized step" in format_plan(reference)
+    assert "(0.5 × this machine's float32 matrix product on one thread, probed now)" in format_plan(half).replace(
+        f"{plan_module.TRAINING_SHARE:g} ×", "0.5 ×")
+
+    probes: list[float] = []
+    monkeypatch.setattr(plan_module, "probe_flops_per_thread", lambda: probes.append(1.0) or 1.2e10)
+    assert not drydock.validate(write_spec(tmp_path)).probed and probes == []
+    probed = drydock.plan(write_spec(tmp_path))
+    assert probed.probed and probed.flops_per_thread == 1.2e10 and probes == [1.0]
+    assert main(["plan", str(write_spec(tmp_path))]) == 0
+    assert "at 12 GFLOP/s per CPU thread" in capsys.readouterr().out and probes == [1.0, 1.0]
+
+
+def test_the_probe_measures_one_thread_and_leaves_the_blas_threads_as_they_were():
+    from threadpoolctl import threadpool_info
+
+    from pipeline.cli.plan import probe_matmul_flops
+
+    before = [pool["num_threads"] for pool in threadpool_info()]
+    flops = probe_matmul_flops(repeats=3)
+    assert 1e8 < flops < 1e13  # a CPU thread's float32 products: between 0.1 and 10,000 GFLOP/s
+    assert [pool["num_threads"] for pool in threadpool_info()] == before
+
+
 def test_validate_counts_in_one_line_and_plan_prints_the_table(tmp_path, capsys):
     path = write_spec(tmp_path)
     assert main(["validate", str(path)]) == 0
