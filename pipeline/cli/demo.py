@@ -1,5 +1,6 @@
-"""`make demo`: the quickstart end to end on this machine (sized for 10 minutes on 2 CPUs; it took 25
-on 2026-12-03's slower machine: benchmarks/RESULTS.md, "The 10-minute demo").
+"""`make demo`: the quickstart end to end on this machine (sized for 10 minutes on 2 CPUs; it took
+13.5 on 2026-12-04 and 25 on 2026-12-03's slower machine: benchmarks/RESULTS.md, "The 10-minute
+demo"; `drydock plan` estimates it for the machine it runs on).
 
 Runs `drydock sweep sweeps/quickstart.yaml`: the real all-MiniLM-L6-v2 teacher fine-tuned on
 SST-2, then three 3-layer students on Ray (the fine-tuning baseline, Hinton KD and
