@@ -110,7 +110,8 @@ def sweep(spec: SweepSpec | str | os.PathLike[str] | Mapping[str, Any], workdir:
     `workdir`: a folder, or a URI every node reaches (`s3://bucket/prefix`); `resume`: continue
     the last run of this sweep; `address`: a Ray cluster (default: the spec's
     `resources.address`, else RAY_ADDRESS, else a local instance). `show`: print progress lines (default: when nothing in the process configured
-    logging; otherwise they go to the `drydock` logger). Raises `SweepLocked` at once when a
+    logging; otherwise they go to the `drydock` logger). Raises `DrydockError` at once for a work
+    location that takes no files, `SweepLocked` at once when a
     run of the same spec and work directory is going, `SpecError`/`DataError` before any work
     for a mistake, `SweepInterrupted` on SIGINT/SIGTERM (the run is saved: `resume=True`)."""
     from pipeline.cli import logs

@@ -81,4 +81,13 @@ def get_method(name: str) -> type[Method]:
     return cls
 
 
-__all__ = ["MethodDeclaration", "get_declaration", "get_method", "registered_methods"]
+def __getattr__(name: str) -> object:
+    """`from methods import Method` (a plugin's import) without importing torch with the registry."""
+    if name == "Method":
+        from methods.base import Method
+
+        return Method
+    raise AttributeError(f"module 'methods' has no attribute {name!r}")
+
+
+__all__ = ["Method", "MethodDeclaration", "get_declaration", "get_method", "registered_methods"]

@@ -46,6 +46,8 @@ from methods.base import (
     decay_groups,
     freeze,
 )
+
+# the Params name stays importable here: runs pickled before the split load it from this module
 from methods.params.replacing import ReplacingParams, SuccessorInit
 
 # ----------------------------------------------------------------------------------------------

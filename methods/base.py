@@ -222,6 +222,13 @@ class Method(MethodDeclaration, ABC):
     """One compression method. Subclasses declare it (`MethodDeclaration`: `name`, `Params`, the
     facts the pipeline reads before a trial) and implement the hooks."""
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """A Method that asks for unlabeled text says so to the plan, which reads the declaration:
+        overriding `unlabeled` declares `uses_unlabeled_text` unless the class sets it itself."""
+        super().__init_subclass__(**kwargs)
+        if "unlabeled" in cls.__dict__ and "uses_unlabeled_text" not in cls.__dict__:
+            cls.uses_unlabeled_text = True
+
     def __init__(self, params: MethodParams | Mapping[str, Any], ctx: MethodContext):
         self.params = params if isinstance(params, self.Params) else self.Params.model_validate(dict(params))
         self.ctx = ctx

@@ -107,6 +107,8 @@ from methods.base import (
     Progress,
     decay_groups,
 )
+
+# the Params name stays importable here: runs pickled before the split load it from this module
 from methods.params.cofi import CoFiDeclaration, CoFiParams
 
 # CoFi's "GLUE (small)" tasks: its README and scripts give them the longer schedule and the

@@ -49,6 +49,8 @@ from methods._schedules import (
     piecewise_linear,
 )
 from methods.base import Batch, MethodContext, Phase, Progress
+
+# the Params name stays importable here: runs pickled before the split load it from this module
 from methods.params.dcr import DCRDeclaration, DCRParams
 
 # the open interval keeps log(u) and log(1 − u) finite

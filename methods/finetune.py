@@ -17,6 +17,8 @@ from transformers import PreTrainedModel
 from methods._bert import num_layers, student_from_layers, student_layer_indices
 from methods._losses import task_loss
 from methods.base import Batch, Method, ParamGroup, Phase, Progress, decay_groups
+
+# the Params name stays importable here: runs pickled before the split load it from this module
 from methods.params.finetune import FinetuneDeclaration, FinetuneParams
 
 

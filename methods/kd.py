@@ -16,6 +16,8 @@ import torch
 from methods._losses import kd_loss, task_loss
 from methods.base import Batch, Progress
 from methods.finetune import Finetune
+
+# the Params name stays importable here: runs pickled before the split load it from this module
 from methods.params.kd import KDDeclaration, KDParams
 
 

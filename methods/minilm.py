@@ -91,6 +91,8 @@ from methods.base import (
     UnlabeledRequest,
     decay_groups,
 )
+
+# the Params name stays importable here: runs pickled before the split load it from this module
 from methods.params.minilm import MiniLMDeclaration, MiniLMParams
 
 DISTILL_PHASES = ("assistant_distill", "distill")

@@ -50,6 +50,8 @@ from methods._bert import forward_hidden_states, num_layers
 from methods._losses import kd_loss, patience_loss, task_loss
 from methods.base import Batch, Progress
 from methods.kd import KnowledgeDistillation
+
+# the Params name stays importable here: runs pickled before the split load it from this module
 from methods.params.pkd import PKDDeclaration, PKDParams
 
 

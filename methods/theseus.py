@@ -56,6 +56,8 @@ from methods._schedules import (
     steps_until_full_rate,
 )
 from methods.base import Batch, MethodContext, Phase, Progress
+
+# the Params name stays importable here: runs pickled before the split load it from this module
 from methods.params.theseus import TheseusDeclaration, TheseusParams
 
 

@@ -200,8 +200,7 @@ def load_spec(path: str | Path, overrides: list[str] | None = None) -> SweepSpec
     except OSError as e:
         raise SpecError(f"{path}: cannot be read ({e.strerror or e})") from None
     if len(data) > MAX_SPEC_BYTES:
-        raise SpecError(f"{path}: {path.stat().st_size:,} bytes; a spec may be at most {MAX_SPEC_BYTES:,} bytes "
-                        f"(is this the spec file?)")
+        raise SpecError(f"{path}: larger than a spec may be ({MAX_SPEC_BYTES:,} bytes at most; is this the spec file?)")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:

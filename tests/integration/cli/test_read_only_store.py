@@ -20,14 +20,31 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[3]
-WITHOUT_OVERRIDE = ["setpriv", "--bounding-set", "-dac_override,-dac_read_search"]
+# out of the bounding set (what a later exec may gain) and the inheritable set (what it keeps)
+WITHOUT_OVERRIDE = ["setpriv", "--inh-caps", "-dac_override,-dac_read_search", "--bounding-set", "-dac_override,-dac_read_search"]
 
 
-def as_a_user_whom_file_modes_stop(args: list[str]) -> subprocess.CompletedProcess[str]:
+def file_modes_stop(command: list[str], folder: Path) -> bool:
+    """Whether `command` run before a program leaves it unable to write a file of mode 0444: a
+    container may lack the capability to drop capabilities, or hand root more than it drops."""
+    probe = folder / "mode-probe"
+    probe.write_text("")
+    probe.chmod(stat.S_IRUSR)
+    try:
+        done = subprocess.run([*command, sys.executable, "-c", f"open({str(probe)!r}, 'a').write('x')"],
+                              capture_output=True, text=True, timeout=60)
+    except OSError:
+        return False
+    finally:
+        probe.chmod(stat.S_IRUSR | stat.S_IWUSR)
+    return done.returncode != 0 and "PermissionError" in done.stderr and probe.read_text() == ""
+
+
+def as_a_user_whom_file_modes_stop(args: list[str], folder: Path) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
     if os.geteuid() == 0:
-        if shutil.which("setpriv") is None:
-            pytest.skip("running as root without setpriv (util-linux): no way to make a file read-only to the sweep")
+        if shutil.which("setpriv") is None or not file_modes_stop(WITHOUT_OVERRIDE, folder):
+            pytest.skip("running as root where setpriv cannot drop CAP_DAC_OVERRIDE: no way to make a file read-only to the sweep")
         args = [*WITHOUT_OVERRIDE, *args]
     return subprocess.run(args, capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
 
@@ -48,7 +65,8 @@ def test_a_read_only_mlflow_db_stops_the_sweep_before_any_work_and_is_left_as_it
     db.chmod(stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH)
     before = hashlib.sha256(db.read_bytes()).hexdigest()
 
-    proc = as_a_user_whom_file_modes_stop([sys.executable, "-m", "pipeline.cli", "sweep", str(spec_path), "--workdir", str(work)])
+    proc = as_a_user_whom_file_modes_stop([sys.executable, "-m", "pipeline.cli", "sweep", str(spec_path), "--workdir", str(work)],
+                                          tmp_path)
 
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert proc.returncode == 2, proc.stderr[-3000:]

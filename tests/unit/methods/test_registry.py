@@ -36,7 +36,15 @@ def test_every_method_file_is_registered_under_its_name():
         declaration = get_declaration(name)
         assert issubclass(cls, declaration) and not issubclass(declaration, Method)
         assert declaration.__module__ == f"methods.params.{path_stem(cls)}"  # one torch-free file per method
-        assert cls.Params is declaration.Params and cls.summary == declaration.summary
+        facts = ("name", "Params", "summary", "implementation", "uses_teacher", "same_modules_on_every_rank", "uses_unlabeled_text",
+                 "needs_teacher", "learning_rate_override")
+        assert [fact(cls, f) for f in facts] == [fact(declaration, f) for f in facts], name  # none redefined by the Method
+
+
+def fact(cls: type, name: str) -> object:
+    """A declared fact, a classmethod as its function (bound, it names the class it was read from)."""
+    value = getattr(cls, name)
+    return getattr(value, "__func__", value)
 
 
 def path_stem(cls: type) -> str:
@@ -126,3 +134,45 @@ def test_a_built_in_that_cannot_be_imported_is_an_import_error_not_an_unknown_me
     finally:
         methods._targets.cache_clear()
         get_method.cache_clear()
+
+
+def test_a_method_registered_directly_that_asks_for_unlabeled_text_declares_it_without_saying_so():
+    """The plan reads `uses_unlabeled_text` from the declaration; a plugin's Method that is its own
+    declaration and overrides `unlabeled` gets it (before the split the plan read the override)."""
+    from methods.base import UnlabeledRequest
+    from methods.kd import KnowledgeDistillation
+
+    class Reads(KnowledgeDistillation):
+        def unlabeled(self) -> UnlabeledRequest:
+            return UnlabeledRequest()
+
+    class Says(Reads):
+        uses_unlabeled_text = False
+
+    assert Reads.uses_unlabeled_text and not KnowledgeDistillation.uses_unlabeled_text and not Says.uses_unlabeled_text
+
+
+def test_a_plugin_imports_method_from_the_registry_and_the_registry_stays_torch_free():
+    out = subprocess.run([sys.executable, "-c", "import sys, methods; t = 'torch' in sys.modules; from methods import Method; "
+                          "print(t, Method.__module__)"], capture_output=True, text=True, check=True, cwd=METHODS_DIR.parent)
+    assert out.stdout.split() == ["False", "methods.base"]
+
+
+@pytest.mark.parametrize(("old", "new"), [("methods.kd", "methods.params.kd"), ("methods.theseus", "methods.params.theseus"),
+                                          ("methods._replacing", "methods.params.replacing")])
+def test_parameters_pickled_before_they_moved_still_load(old, new):
+    """A resumable run's Tune and searcher state pickled Params under the method's module
+    (`methods.kd.KDParams`) before the declarations moved them: those names must stay importable."""
+    import pickle
+
+    from methods.params.kd import KDParams
+    from methods.params.replacing import ReplacingParams
+    from methods.params.theseus import TheseusParams
+
+    value = {"methods.kd": KDParams(alpha=0.7), "methods.theseus": TheseusParams(base_rate=0.2),
+             "methods._replacing": ReplacingParams(num_layers=3)}[old]
+    data = pickle.dumps(value, protocol=0)
+    assert f"c{new}\n".encode() in data  # protocol 0 names a class as module, newline, name
+    loaded = pickle.loads(data.replace(f"c{new}\n".encode(), f"c{old}\n".encode()))
+    assert loaded == value and type(loaded) is type(value)
+
