@@ -92,7 +92,8 @@ def _checked_plan(spec: SweepSpec | str | os.PathLike[str] | Mapping[str, Any], 
                 problems += failed.about_the_rest([p for p in e.problems if p not in problems])
         if problems:
             raise SpecError(problems)
-        return plan_sweep(checked, flops_per_thread=probe_flops_per_thread() if probe else None)  # a draw a method refuses is a problem too
+        probed = probe_flops_per_thread() if probe and not checked.resources.use_gpu else None  # GPU trials get no estimate
+        return plan_sweep(checked, flops_per_thread=probed)  # a draw a method refuses is a problem too
 
 
 def plan(spec: SweepSpec | str | os.PathLike[str] | Mapping[str, Any], overrides: Overrides = None) -> SweepPlan:
