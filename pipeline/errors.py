@@ -80,6 +80,13 @@ class SweepInterrupted(DrydockError):
     exit_code = EXIT_INTERRUPTED
 
 
+def first_line(error: BaseException, limit: int | None = None) -> str:
+    """An error said in one line, as a refusal quotes it: a library's message's first line (at most
+    `limit` characters), or the error's type where the message is empty."""
+    text = str(error).strip()
+    return text.splitlines()[0][:limit] if text else type(error).__name__
+
+
 SECRET_QUERY = re.compile(r"(token|password|passwd|secret|key|sig|signature|credential)", re.I)
 
 

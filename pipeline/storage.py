@@ -39,7 +39,7 @@ from urllib.parse import urlparse
 
 import pyarrow.fs as pafs
 
-from pipeline.errors import DrydockError
+from pipeline.errors import DrydockError, first_line
 from pipeline.workdir import atomic_folder, atomic_path, atomic_write
 
 CACHE_ENV = "DRYDOCK_CACHE_DIR"
@@ -138,8 +138,7 @@ class WorkStore:
                 out.write(b"ok")
             fs.delete_file(f"{base}/{probe}")
         except Exception as e:  # noqa: BLE001 - any failure here is the location's, said plainly
-            reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            raise DrydockError(f"--workdir: cannot write to {self.remote}: {reason}") from None
+            raise DrydockError(f"--workdir: cannot write to {self.remote}: {first_line(e)}") from None
         self.local.mkdir(parents=True, exist_ok=True)
 
     def exists(self, key: str) -> bool:

@@ -30,7 +30,7 @@ from mlflow.entities import Metric, Param, RunTag
 from mlflow.exceptions import MlflowException
 
 from pipeline.config import SweepSpec
-from pipeline.errors import DrydockError
+from pipeline.errors import DrydockError, first_line
 from pipeline.errors import TrackingUnreachable as TrackingUnreachable
 from pipeline.errors import redacted as redacted
 from pipeline.results import flatten
@@ -179,7 +179,7 @@ def check_writable(client: MlflowClient, uri: str, spec: SweepSpec, experiment_i
     login = f"the MLflow user {user!r}" if user else "the MLflow login"
 
     def refused(what: str, field: str, error: MlflowException) -> DrydockError:
-        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        reason = first_line(error)
         if error.error_code != "PERMISSION_DENIED":
             return DrydockError(f"{field}: cannot write to the {what} at {redacted(uri)}: {reason}")
         return DrydockError(f"{field}: {login} may not write to the {what} at {redacted(uri)} ({reason}); one that another "
@@ -214,8 +214,7 @@ def check_store_writable(client: MlflowClient, uri: str, source: str, spec: Swee
     try:
         client.set_experiment_tag(experiment_id, WRITER_TAG, spec.name)
     except Exception as e:  # noqa: BLE001 - SQLAlchemy's or the file system's error, said plainly
-        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise DrydockError(f"{source}: cannot write to the MLflow tracking store {redacted(uri)}: {reason}") from None
+        raise DrydockError(f"{source}: cannot write to the MLflow tracking store {redacted(uri)}: {first_line(e)}") from None
     finally:
         database_log.setLevel(level)
 
@@ -234,8 +233,7 @@ class SweepTracker:
             self.client = MlflowClient(self.uri)
             self.experiment_id = ensure_experiment(self.client, spec.experiment_name, workdir, artifact_root)
         except Exception as e:  # a typo in the URI, a bad credential, a server that answers but is not MLflow
-            reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            raise DrydockError(f"{source}: cannot use the MLflow tracking store {redacted(self.uri)!r}: {reason}") from None
+            raise DrydockError(f"{source}: cannot use the MLflow tracking store {redacted(self.uri)!r}: {first_line(e)}") from None
         if self.uri.startswith(("http://", "https://")):  # a server may refuse writes that reads pass
             check_writable(self.client, self.uri, spec, self.experiment_id)
         else:  # so may a store's file (a read-only mlflow.db): its first write was the parent run, after the teacher

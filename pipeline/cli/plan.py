@@ -14,8 +14,8 @@ layer parameter per token (2 forward, 4 backward), tokens = `train.batch_size` Ã
 machine's training throughput for every CPU thread a trial holds: `drydock plan` probes its
 float32 matrix product on one thread (`probe_flops_per_thread`, half a second) and takes
 `TRAINING_SHARE` of it, the share a training step reaches (`benchmarks/plan_calibration.py`).
-The same spec's plan was 2-2.5 times too short on a day this machine ran at half its speed, when
-the figure was a constant (issue 36). A method that needs the teacher may run
+With a constant in its place the quickstart's plan said 9-12 minutes on 2026-12-03, when the demo
+took 24 m 46 s (benchmarks/RESULTS.md, "The 10-minute demo"; issue 36). A method that needs the teacher may run
 it forward every step as well (2 FLOPs per teacher parameter per token): that is the upper end of
 the range printed; methods that only borrow its layers (Theseus, `finetune` from the fine-tuned
 teacher) cost the lower end. A method without a student depth of its own (CoFi's pruning) trains
@@ -261,8 +261,9 @@ def plan_sweep(spec: SweepSpec, cpus: int | None = None, flops_per_thread: float
     """The plan of a validated spec. `cpus`: this machine's (default: os.cpu_count());
     `flops_per_thread`: its training throughput per thread (`probe_flops_per_thread`; None: the
     reference figure, CPU_FLOPS_PER_THREAD, where no time is shown)."""
-    flops = flops_per_thread or CPU_FLOPS_PER_THREAD
     from pipeline.training.steps import steps_per_epoch, total_steps
+
+    flops = flops_per_thread or CPU_FLOPS_PER_THREAD
 
     cpus = cpus or os.cpu_count() or 1
     rows = train_rows(spec.task)

@@ -35,7 +35,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from pipeline.errors import DrydockError
+from pipeline.errors import DrydockError, first_line
 from pipeline.workdir import atomic_folder, scratch_name
 
 logger = logging.getLogger(__name__)
@@ -110,8 +110,7 @@ def unreadable_as_damaged(folder: Path, remedy: str = REBUILT, what: str = "cach
     try:
         yield
     except (OSError, ValueError) as e:  # pyarrow's ArrowInvalid is a ValueError, ArrowIOError an OSError
-        reason = str(e).strip().splitlines()[0][:160] if str(e).strip() else type(e).__name__
-        raise CacheDamaged(folder, f"unreadable: {reason}", remedy, what) from e
+        raise CacheDamaged(folder, f"unreadable: {first_line(e, 160)}", remedy, what) from e
 
 
 def discard(folder: Path, problem: str) -> None:

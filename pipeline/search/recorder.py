@@ -28,6 +28,7 @@ import pandas as pd
 from ray import tune
 
 from pipeline import results as results_table
+from pipeline.errors import first_line
 from pipeline.search.outcome import OUTCOME_FILE, read_outcome
 from pipeline.search.space import Trial, as_trial
 from pipeline.search.state import SweepPaths
@@ -80,11 +81,6 @@ def _local(store: WorkStore | None, student: str | None) -> Path | None:
     if not student:
         return None
     return store.localize(student) if store is not None else Path(student)
-
-
-def _line(error: BaseException) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0][:300] if text else type(error).__name__
 
 
 def pending_rows(table: Path, run_exists: Callable[[str], bool] | None = None) -> list[dict[str, Any]]:
@@ -296,7 +292,7 @@ class SweepRecorder(tune.Callback):
                 self._publish_tracking()
         except Exception as e:  # the sweep pushes its files again as it ends (sweep.py, push_run_files)
             logger.exception("pushing the results table and the tracking store failed")
-            self.log(f"warning: pushing the results table or the tracking store to the work location failed: {type(e).__name__}: {_line(e)}")
+            self.log(f"warning: pushing the results table or the tracking store to the work location failed: {type(e).__name__}: {first_line(e, 300)}")
         if self.untracked:
             shown = ", ".join(sorted(self.untracked)[:5]) + (" …" if len(self.untracked) > 5 else "")
             self.log(f"warning: {len(self.untracked)} trial(s) have no MLflow run, the tracking store {redacted(self.tracker.uri)} failed "
@@ -356,7 +352,7 @@ class SweepRecorder(tune.Callback):
         try:
             rows = pending_rows(self.paths.results, exists)
         except Exception as e:  # an unreadable table is for the stages that need it to say
-            self.log(f"warning: cannot read {self.paths.results} for runs left to write: {type(e).__name__}: {_line(e)}")
+            self.log(f"warning: cannot read {self.paths.results} for runs left to write: {type(e).__name__}: {first_line(e, 300)}")
             return
         for row in rows:
             key, run_params, status, outcome = row_record(row)
@@ -421,10 +417,10 @@ class SweepRecorder(tune.Callback):
                 except Exception as e:
                     self.failing_since = time.monotonic()
                     logger.warning("writing the MLflow run of trial %s failed (attempt %d of %d): %s", key, attempt, attempts,
-                                   _line(e), exc_info=attempt == attempts)
+                                   first_line(e, 300), exc_info=attempt == attempts)
                     if attempt == attempts:
                         self.log(f"warning: the MLflow run of trial {key} was not written ({attempts} attempt{'s' if attempts > 1 else ''}, "
-                                 f"the last: {type(e).__name__}: {_line(e)}); its row stays without an mlflow_run_id until "
+                                 f"the last: {type(e).__name__}: {first_line(e, 300)}); its row stays without an mlflow_run_id until "
                                  "`drydock sweep --resume`, or the next run of this sweep, writes it")
                         return
                     time.sleep(self.retry_delays[attempt - 1])
@@ -439,7 +435,7 @@ class SweepRecorder(tune.Callback):
                     self._publish_tracking()
             except Exception as e:
                 logger.exception("naming the run of trial %s in the table failed", key)
-                self.log(f"warning: the row of trial {key} does not name its MLflow run {run_id}: {type(e).__name__}: {_line(e)}")
+                self.log(f"warning: the row of trial {key} does not name its MLflow run {run_id}: {type(e).__name__}: {first_line(e, 300)}")
                 return
             self.untracked.discard(key)
 

@@ -34,3 +34,12 @@ def test_a_uris_password_and_credential_parameters_never_reach_a_message():
         assert "hunter2" not in str(e) and "https://u:***@host/x" in str(e), e.problems
     else:
         raise AssertionError("a URL is no seed")
+
+
+def test_first_line_quotes_a_library_error_in_one_line_or_names_its_type():
+    from pipeline.errors import first_line
+
+    error = RuntimeError("  (sqlite3.OperationalError) attempt to write a readonly database\n[SQL: INSERT ...]\n")
+    assert first_line(error) == "(sqlite3.OperationalError) attempt to write a readonly database"
+    assert first_line(error, 12) == "(sqlite3.Ope"
+    assert first_line(OSError()) == "OSError"

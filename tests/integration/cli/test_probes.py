@@ -187,7 +187,7 @@ def test_a_probe_ends_in_one_line_and_exit_2_before_any_work(probe: Probe, tmp_p
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
     assert proc.returncode == 2, output[-3000:]
     assert len(errors) == 1 and re.match(probe.expected, errors[0][len("error: "):]), output[-3000:]
-    assert "Traceback" not in output
+    assert "Traceback" not in output and "teacher: fine-tuning" not in output  # no teacher stage began
     for text in probe.forbidden:
         assert text not in output
     assert not (tmp_path / "ran").exists()  # a teacher's own code never ran
