@@ -33,7 +33,9 @@
 # Each sweep's output goes to $GPU_SMOKE_LOGS (default WORKDIR/logs), named after the check.
 # Time: GPU_SMOKE_BUDGET seconds for the whole script (default 450); a sweep gets at most
 # GPU_SMOKE_SWEEP_TIMEOUT seconds (default 180) of what is left, and a check with too little time
-# left is skipped. The first sweep fine-tunes the teacher, which the others reuse from WORKDIR.
+# left is skipped. GPU_SMOKE_ONLY="zero2 zero3" runs only the sweep checks named (a rerun of those
+# that failed, inside a lease's few minutes); the others are reported SKIP. The first sweep
+# fine-tunes the teacher, which the others reuse from WORKDIR.
 set -uo pipefail  # no -e: a failing check must not stop the others
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
@@ -75,8 +77,13 @@ def log_reason(log, timed_out=False):
     exception, else (and always when it timed out) the last progress line drydock printed."""
     path = Path(log)
     text = path.read_text(errors="replace") if path.is_file() else ""
-    lines = [line.strip() for line in text.split("SIGTERM received")[0].splitlines() if line.strip()]
+    cut = text.find("SIGTERM received")  # what the sweep printed while it was being stopped
+    if cut >= 0:
+        text = text[:text.rfind("\n", 0, cut) + 1]
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
     progress = [line for line in lines if line.startswith(PROGRESS)]
+    # a heartbeat ("still working") names the stage only; the last real line names the step
+    progress = [line for line in progress if "still working" not in line] or progress
     if timed_out:
         return progress[-1][:300] if progress else "no progress printed"
     import re
@@ -384,6 +391,9 @@ sweep_check() {  # CHECK STRATEGY WORKERS [--set ...]: one small sweep, one line
     TO_VALIDATE+=("$check" "${args[@]}" --next)
     ASKED+=("$check")
     return
+  fi
+  if [[ -n ${GPU_SMOKE_ONLY:-} && " $GPU_SMOKE_ONLY " != *" $check "* ]]; then
+    report SKIP "$check" "not in GPU_SMOKE_ONLY=$GPU_SMOKE_ONLY"; return
   fi
   if (( GPUS == 0 )); then report SKIP "$check" "no CUDA GPU (see cuda)"; return; fi
   if (( workers > GPUS )) && [[ $MODE == gpu ]]; then

@@ -150,3 +150,44 @@ def test_gpu_smoke_check_fails_for_a_check_the_validating_process_never_printed(
     run = smoke_check(tmp_path, "exit 1")
     assert run.returncode != 0 and run.stdout.splitlines()[-1] == "gpu_smoke --check: 3 valid, 4 invalid", run.stdout
     assert "invalid ddp: the validating process printed no line for it (exit 1)" in run.stdout
+
+
+def test_gpu_smoke_only_runs_the_sweep_checks_named(tmp_path):
+    # a rerun inside a lease's last minutes: GPU_SMOKE_ONLY names the sweep checks to run again;
+    # the others are reported SKIP and never start a sweep (a fake python stands in for drydock and
+    # the checks' helper, and writes down every sweep it is asked to run)
+    calls = tmp_path / "calls"
+    fake = tmp_path / "python"
+    fake.write_text("#!/bin/bash\n"
+                    f"[[ $1 == -m ]] && {{ echo \"$*\" >> {calls}; exit 0; }}\n"
+                    "case ${3:-} in cuda) echo 1; echo 'PASS one fake GPU' ;; sweep) echo \"PASS ran $4\" ;;"
+                    " *) echo 'PASS fake' ;; esac\n")
+    fake.chmod(0o755)
+    run = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_smoke.sh"), str(tmp_path / "work")],
+                         capture_output=True, text=True,
+                         env={"PATH": "/usr/bin:/bin", "PYTHON": str(fake), "GPU_SMOKE_ONLY": "zero3"})
+    lines = run.stdout.splitlines()
+    assert lines[:5] == ["PASS cuda: one fake GPU", "SKIP ddp: not in GPU_SMOKE_ONLY=zero3",
+                         "SKIP zero2: not in GPU_SMOKE_ONLY=zero3", "SKIP theseus: not in GPU_SMOKE_ONLY=zero3",
+                         "PASS zero3: ran zero3"], run.stdout + run.stderr
+    assert lines[-1] == "gpu_smoke: 4 passed, 0 failed, 3 skipped" and run.returncode == 0
+    sweeps = calls.read_text().splitlines()
+    assert len(sweeps) == 1 and "name=gpu-zero3" in sweeps[0] and "zero_stage=3" in sweeps[0]
+
+
+def test_gpu_smoke_names_the_last_real_progress_line_of_a_sweep_that_timed_out(tmp_path):
+    # the H200's first zero2 sweep timed out and its line said "last progress: search:" (the head
+    # of the line printed as it was being stopped); the step it was stuck at is the line to name
+    script = (ROOT / "benchmarks" / "gpu_smoke.sh").read_text()
+    helper = script.split("read -r -d '' HELPER <<'PY'\n", 1)[1].split("\nPY\n", 1)[0]
+    log = tmp_path / "zero2.log"
+    log.write_text("prepare: 256 training examples\nteacher: step 16: accuracy 0.4453\n"
+                   "search: 0 done, 1 running, 0 pending (trial kd-02da6791-s0 started)\n"
+                   "trial kd-02da6791-s0: started 10s ago, no evaluation yet\n"
+                   "search: still working (15s since its last line)\n"
+                   "search: SIGTERM received: stopping the running trials (they rerun on --resume)\n"
+                   "search: still working (15s since its last line)\n")
+    run = subprocess.run([sys.executable, "-c", helper, "sweep", "zero2", str(tmp_path), "0", "137", str(log),
+                          "180", "200", "deepspeed", "1"], capture_output=True, text=True, cwd=ROOT)
+    assert run.stdout.strip() == ("FAIL timed out after 180s; last progress: trial kd-02da6791-s0: started 10s ago,"
+                                  f" no evaluation yet (exit 137, 200s; log {log})"), run.stdout + run.stderr
