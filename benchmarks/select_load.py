@@ -91,7 +91,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"# command: {shlex.join([sys.executable, *sys.argv])}")
     started = time.perf_counter()
     overrides = {"warm_passes": args.warm_passes} if args.warm_passes is not None else None
-    table = variants_step(spec, students, teacher, out, log=lambda line: print(f"  {line}", flush=True), interleave=overrides)
+    step = variants_step(spec, students, teacher, out, log=lambda line: print(f"  {line}", flush=True), interleave=overrides)
+    table = step.table if step is not None else None
     if table is None:
         print("the step built no table (see the log above)", file=sys.stderr)
         return 1

@@ -10,8 +10,10 @@ configuration a searching algorithm asked its study for (`pipeline.search.search
 grid the configuration's place in the fixed list; every seed of a configuration has the same one.
 Empty in rows written before the column existed.
 
-`latency_ms`, `latency_p90_ms` and `speedup` are the trial's own export as timed (p50, p90, and
-the teacher's p50 on the same node over the student's), and `latency_device` names the model of
+`latency_ms`, `latency_p90_ms` and `speedup` are the trial's own export as timed in eager fp32
+at the front's shape (p50, p90, and the teacher's p50 on the same node over the student's; when
+the spec asks for runtime variants, they are variants.parquet's `torch` row, one timing per model,
+its speedup the median within-round ratio: `pipeline.measure.eager`), and `latency_device` names the model of
 the device it was timed on (a GPU's name, or the CPU's model); all four stay empty for a trial
 whose export was not timed (by default only the seed of each configuration the registry
 serves is: `pipeline.select.pareto`, "served_trials").

@@ -5,10 +5,11 @@ runtime) (`VariantFacts`) and one `InterleavedResult` per shape; the select stag
 (`pipeline.select.stage.variants_step`) sends it to a node and turns what comes back into
 `variants.parquet` (`pipeline.measure.table`).
 
-Why a step of its own, after the eager fp32 selection: results.parquet keeps its contract (eager
-fp32 columns, one latency per student timed alone on its node), and a variant that cannot be
-built or scored must never stop the stage — it becomes a row with its `error`, and the eager
-results, the report and the registry go on.
+Why a step of its own, before the eager fp32 selection: it is the stage's one measurement when
+the spec asks for variants (results.parquet's eager columns are its `torch` rows at the front's
+shape: `pipeline.measure.eager`), and a variant that cannot be built or scored must never stop
+the stage — it becomes a row with its `error`, and the eager results, the report and the
+registry go on (a job that fails as a whole leaves eager fp32 to `measure_all`).
 
 Why one process: ratios are only trustworthy within a round of one process
 (`pipeline.measure.interleaved`), so every (model, runtime) of a shape, the teacher included, is
@@ -43,7 +44,10 @@ is never measured during the interleaved timing. Where it cannot be measured (no
 from __future__ import annotations
 
 import math
+import os
+import platform
 import re
+import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -128,14 +132,37 @@ class VariantJob(BaseModel):
 
 
 @dataclass(frozen=True)
+class Host:
+    """Where the job ran, as a latency is reported (`pipeline.measure.latency.Measurement`):
+    results.parquet's eager figures are read off this job's timings (`pipeline.measure.eager`)."""
+
+    hostname: str
+    pid: int
+    node_id: str  # the Ray node; "" when the job ran in the calling process without Ray
+    device_name: str
+    torch_version: str
+
+    @classmethod
+    def here(cls, device: str) -> Host:
+        import torch
+
+        from pipeline.measure.latency import device_model
+
+        ray = sys.modules.get("ray")  # never imported for this: a job without Ray has no node
+        node_id = ray.get_runtime_context().get_node_id() if ray is not None and ray.is_initialized() else ""
+        return cls(platform.node(), os.getpid(), node_id or "", device_model(device), torch.__version__)
+
+
+@dataclass(frozen=True)
 class VariantOutcome:
     """What `run_variant_job` found: one fact per (model, runtime), one measurement per shape
-    ("<batch>x<length>"), expanded to every model (`InterleavedResult.expand`), and the threads
-    each runner ran with (the worker's log lines come back beside it: `on_one_node`)."""
+    ("<batch>x<length>"), expanded to every model (`InterleavedResult.expand`), the threads
+    each runner ran with and where (the worker's log lines come back beside it: `on_one_node`)."""
 
     facts: list[VariantFacts]
     measurements: dict[str, InterleavedResult]
     threads: int
+    host: Host | None = None
 
 
 @dataclass
@@ -339,7 +366,7 @@ def run_variant_job(job: VariantJob, log: Log = print, *, granted_threads: int |
         path=_address(e.variant.path, store) if e.variant is not None else None, parity_max_abs_diff=e.parity,
         peak_memory_bytes=e.peak_memory_bytes, error=e.error,
     ) for e in entries]
-    return VariantOutcome(facts, measurements, threads)
+    return VariantOutcome(facts, measurements, threads, Host.here(job.device))
 
 
 # ----------------------------------------------------------------------------------------------

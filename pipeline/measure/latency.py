@@ -691,10 +691,13 @@ def load_record(sweep_dir: Path) -> LatencyRecord | None:
         raise DrydockError(f"{path}: not a latency record written by drydock ({type(e).__name__})") from None
 
 
-def fill_latency(frame, students: Mapping[str, Measurement], teachers: Mapping[str, Measurement]):
+def fill_latency(frame, students: Mapping[str, Measurement], teachers: Mapping[str, Measurement],
+                 speedups: Mapping[str, float] | None = None):
     """results.parquet's latency_ms, latency_p90_ms, speedup and latency_device, by trial_id
     (others: null). `teachers` maps a node id to the teacher timed there: a student's speedup
-    is its own node's teacher p50 over its p50, and null when its node timed no teacher."""
+    is its own node's teacher p50 over its p50, and null when its node timed no teacher, unless
+    `speedups` gives it (the within-round ratios of an interleaved timing: `pipeline.measure.eager`)."""
+    speedups = speedups or {}
     frame = frame.copy()
     by_trial = frame["trial_id"].astype(str)
 
@@ -707,7 +710,8 @@ def fill_latency(frame, students: Mapping[str, Measurement], teachers: Mapping[s
 
     frame["latency_ms"] = figure(lambda m: m.p50_ms).astype("float64")
     frame["latency_p90_ms"] = figure(lambda m: m.p90_ms).astype("float64")
-    frame["speedup"] = figure(speedup).astype("float64")
+    frame["speedup"] = by_trial.map(lambda t: speedups[t] if t in speedups and t in students
+                                    else speedup(students[t]) if t in students else np.nan).astype("float64")
     device = figure(lambda m: m.device_name, None).astype("string")
     if "latency_device" in frame:
         frame["latency_device"] = device

@@ -3,19 +3,21 @@
 It runs after the search, on the sweep's current results.parquet, in the sweep's driver process
 (which owns every MLflow run: `pipeline.tracking`). The order matters:
 
-1. measure — the teacher and, of each configuration, the export the registry would serve
-   (every finished trial's with `selection.latency.all_seeds`; `pipeline.select.pareto.latency_plan`),
-   in parallel on whole nodes of one device model, the teacher on each node, every speedup
-   against its own node's teacher (`pipeline.measure.latency`);
+1. measure, once — the teacher and, of each configuration, the export the registry would serve
+   (every finished trial's with `selection.latency.all_seeds`; `pipeline.select.pareto.latency_plan`).
+   When the spec asks for more than eager fp32 at one shape, that is the runtime variants job
+   (below), and the eager figures are its `torch` rows (`pipeline.measure.eager`): each model is
+   timed once. Otherwise (or when that job cannot run at all) eager fp32 alone, in parallel on
+   whole nodes of one device model, the teacher on each node, every speedup against its own
+   node's teacher (`pipeline.measure.latency`).
+   The runtime variants job (`pipeline.measure.job`): the teacher and every planned student in
+   each runtime of `selection.runtimes`, checked against eager fp32, scored on the dev set and
+   timed interleaved in one process at every shape of `selection.latency.shapes`, into
+   variants.parquet with its own front (`pipeline.select.variants`). A variant that fails is
+   a row with its error; the step failing as a whole is a log line. Neither stops the stage;
 2. select — pure functions over the table (`pipeline.select.pareto`); results.parquet is rewritten
    atomically with latency_ms, latency_p90_ms, speedup and pareto filled, and latency.json keeps
    the teacher's timing so `drydock report` can rebuild the report later.
-   Then the runtime variants (`pipeline.measure.job`), when the spec asks for more
-   than eager fp32 at one shape: the teacher and every timed student in each runtime of
-   `selection.runtimes`, checked against eager fp32, scored on the dev set and timed
-   interleaved in one process at every shape of `selection.latency.shapes`, into
-   variants.parquet with its own front (`pipeline.select.variants`). A variant that fails is
-   a row with its error; the step failing as a whole is a log line. Neither stops the stage.
 3. report — report.md / report.html / pareto.png / pareto.csv (with a Runtimes section from
    variants.parquet), with latency.json and variants.parquet, in the run's
    own folder `runs/<run id>/` (a later run never overwrites them) and copied to the top of the
@@ -37,6 +39,7 @@ inspectable sweep folder.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +47,7 @@ import pandas as pd
 
 from pipeline import results as results_table
 from pipeline.config import SelectionConfig, SweepSpec
+from pipeline.measure.eager import eager_view
 from pipeline.measure.job import DevRows, Log, VariantOutcome, failure, run_variant_job, variant_job, variants_wanted
 from pipeline.measure.latency import (
     LatencyRecord,
@@ -150,11 +154,20 @@ def select_stage(
     if not students:
         log("select: no finished trial with an exported student; nothing to measure or register")
 
-    # 1. measure: the teacher on every node used, then the planned students, on nodes of one device model
+    # every run keeps its own latency.json and report files, in runs/<run id>/; the sweep's top
+    # level gets copies, the newest run's (a folder without a recorded run: the top level only)
+    run_dir = current_run_dir(sweep_dir)
+    out_dir = run_dir if run_dir is not None else sweep_dir
+    out_dir.mkdir(parents=True, exist_ok=True)
+
+    # 1. measure, once: with runtime variants wanted, the variants job times every model in every
+    # runtime and results.parquet's eager figures are its torch rows (`pipeline.measure.eager`);
+    # else (or when that job fails as a whole) the teacher on every node used, then the planned
+    # students, on nodes of one device model
     teacher_folder = Path(teacher_path) if teacher_path is not None else None
-    timings = measure_all(students, settings, log, teacher=teacher_folder, store=store) if students else Timings()
+    timings, speedups, variants = measure_once(spec, students, teacher_folder, out_dir, log, store)
     measured, teacher = timings.students, timings.teacher
-    frame = fill_latency(frame, measured, timings.teachers)
+    frame = fill_latency(frame, measured, timings.teachers, speedups)
     card_latency(frame, students, measured)
 
     # 2. select, and rewrite the table with every selection column filled
@@ -165,17 +178,8 @@ def select_stage(
     not_timed = {} if settings.all_seeds else {t: s for t, s in served_by(frame).items() if t != s}
     record = LatencyRecord(settings=settings, teacher=teacher, teachers=timings.teachers, teacher_name=spec.teacher.model,
                            students=measured, errors=timings.errors, not_timed=not_timed)
-    # every run keeps its own latency.json and report files, in runs/<run id>/; the sweep's top
-    # level gets copies, the newest run's (a folder without a recorded run: the top level only)
-    run_dir = current_run_dir(sweep_dir)
-    out_dir = run_dir if run_dir is not None else sweep_dir
-    out_dir.mkdir(parents=True, exist_ok=True)
     latency_file = save_record(out_dir, record)
     log_trial_latency(tracker, frame, measured, timings.teachers)
-
-    # 2b. the runtime variants of the timed students and the teacher (variants.parquet; results.parquet is eager fp32)
-    timed = {t: p for t, p in students.items() if t in measured}
-    variants = variants_step(spec, timed, teacher_folder, out_dir, log, store=store)
 
     # 3. report
     context = ReportContext(spec.name, spec.selection, spec.teacher.model, record, variants)
@@ -201,6 +205,24 @@ def select_stage(
     if chosen.champion is None and len(chosen.configs) and variants is None:
         log("select: no Pareto configuration's registered seed meets the latency budget; the champion alias is left alone")
     return frame
+
+
+def measure_once(spec: SweepSpec, students: Mapping[str, Path], teacher: Path | None, out_dir: Path, log: Log,
+                 store: WorkStore | None) -> tuple[Timings, dict[str, float], pd.DataFrame | None]:
+    """The stage's one measurement: (eager timings, their within-round speedups where the
+    variants job gave them, the variants table or None). Variants wanted: the job times every
+    model in every runtime and the eager figures are its torch rows; else, or when the job fails
+    as a whole, eager fp32 alone (`measure_all`)."""
+    settings = spec.selection.latency
+    if students and teacher is not None and variants_wanted(spec.selection):
+        step = variants_step(spec, students, teacher, out_dir, log, store=store)
+        if step is not None:
+            timings, speedups = eager_view(step.outcome, students, teacher, settings)
+            log(f"latency: eager fp32 from the variants' timing at {settings.batch_size}x{settings.seq_length} "
+                f"(interleaved): {_eager_line(timings)}")
+            return timings, speedups, step.table
+    timings = measure_all(students, settings, log, teacher=teacher, store=store) if students else Timings()
+    return timings, {}, None
 
 
 def publish(sweep_dir: Path, run_dir: Path | None, out_dir: Path, frame: pd.DataFrame, chosen: Selection,
@@ -238,17 +260,35 @@ def publish(sweep_dir: Path, run_dir: Path | None, out_dir: Path, frame: pd.Data
         f"report {shown(latest.markdown)}, plot {shown(latest.plot)}{kept}")
 
 
+def _eager_line(timings: Timings) -> str:
+    teacher = timings.teacher
+    parts = [f"teacher p50 {teacher.p50_ms:.2f} ms"] if teacher is not None else []
+    parts += [f"{key} p50 {m.p50_ms:.2f} ms" + (f" (as {m.measured_as})" if m.measured_as else "")
+              for key, m in timings.students.items()]
+    parts += [f"{key} not timed ({why[:120]})" for key, why in timings.errors.items()]
+    return "; ".join(parts)
+
+
+@dataclass(frozen=True)
+class VariantStep:
+    """The variants step's table (variants.parquet) and the job's outcome it was made of, whose
+    torch timings are results.parquet's eager figures (`pipeline.measure.eager`)."""
+
+    table: pd.DataFrame
+    outcome: VariantOutcome
+
+
 def variants_step(spec: SweepSpec, students: Mapping[str, Path], teacher: Path | None, out_dir: Path, log: Log = print,
-                  *, store: WorkStore | None = None, interleave: Mapping[str, Any] | None = None) -> pd.DataFrame | None:
-    """`<out_dir>/variants.parquet` for the teacher and the timed `students`, or None when the
+                  *, store: WorkStore | None = None, interleave: Mapping[str, Any] | None = None) -> VariantStep | None:
+    """`<out_dir>/variants.parquet` for the teacher and the planned `students`, or None when the
     spec wants no variants, there is nothing to compare, or the step as a whole could not run
-    (said in the log: the stage goes on without it). Variant failures are rows, not exceptions.
-    `interleave`: see `variant_job`."""
+    (said in the log: the stage then times eager fp32 alone). Variant failures are rows, not
+    exceptions. `interleave`: see `variant_job`."""
     selection = spec.selection
     if not variants_wanted(selection):
         return None
     if teacher is None or not students:
-        log("variants: no teacher or no timed student; no runtime variants built")
+        log("variants: no teacher or no student to measure; no runtime variants built")
         return None
     try:
         dev = DevRows.of(labelled_split(spec, DEV_SPLIT), task_spec(spec.task), spec.task.max_seq_length)
@@ -261,7 +301,7 @@ def variants_step(spec: SweepSpec, students: Mapping[str, Path], teacher: Path |
         log(f"variants: not built ({failure(e)})")
         return None
     write_variants(variants_path(out_dir), table)
-    return table
+    return VariantStep(table, outcome)
 
 
 def variant_table_of(outcome: VariantOutcome, selection: SelectionConfig) -> pd.DataFrame:

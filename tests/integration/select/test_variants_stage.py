@@ -124,6 +124,21 @@ def test_variants_of_the_teacher_and_the_students(tmp_path, tiny_tokenizer, monk
     assert "Failed: s2/onnxruntime-int8 (RuntimeError: the exporter gave up)" in section
     assert any(line.startswith("variants: 4x16: timing 5 runner(s) for 7") for line in messages), messages
 
+    # one measurement (issue 33): results.parquet's eager figures and latency.json are the torch rows of variants.parquet at the front's shape, each model timed
+    # once; the eager-only engine (`measure_all`, "latency: <model>: p50 ...") never ran
+    results = results_table.read_results(sweep_dir / results_table.RESULTS_FILE).set_index("trial_id")
+    for name in ("s0", "s1", "s2"):
+        eager = rows.loc[(name, "torch")]
+        assert results.loc[name, "latency_ms"] == eager["latency_ms"] and results.loc[name, "speedup"] == eager["speedup"]
+        assert results.loc[name, "latency_p90_ms"] == eager["latency_p90_ms"]
+    record = json.loads((run_dir / "latency.json").read_text())
+    assert record["teacher"]["p50_ms"] == rows.loc[(TEACHER, "torch"), "latency_ms"]
+    assert record["students"]["s1"]["measured_as"] == "s0" and record["students"]["s0"]["measured_as"] == ""
+    assert record["students"]["s0"]["batch_size"] == 4 and record["students"]["s0"]["threads"] == 1
+    assert record["students"]["s0"]["num_params"] > 0 and record["students"]["s0"]["runs"] >= 3
+    assert not [line for line in messages if line.startswith("latency: ") and ": p50 " in line and "interleaved" not in line]
+    assert any(line.startswith("latency: eager fp32 from the variants' timing at 4x16") for line in messages), messages
+
 
 def _dev(spec):
     from pipeline.prepare.tasks import task_spec
@@ -150,3 +165,28 @@ def test_the_job_times_with_one_warm_pass_unless_a_benchmark_overrides_it(tmp_pa
     assert (default.warm_passes, cold.warm_passes) == (1, 0)
     assert default.model_copy(update={"warm_passes": 0}) == cold  # the spec's window and rounds kept
     assert cold.per_runner and cold.min_seconds == SPEC.selection.latency.min_seconds
+
+
+def test_a_variants_job_that_fails_as_a_whole_leaves_the_eager_figures_to_the_eager_engine(tmp_path, tiny_tokenizer,
+                                                                                            monkeypatch):
+    # one measurement when the variants job runs; when it cannot run at all, the stage must still
+    # time eager fp32 (measure_all, here in this process) rather than leave the front without latency
+    teacher = save_student(make_tiny_bert(4), tiny_tokenizer, tmp_path / "teacher", TASK, {"role": "teacher"})
+    student = save_student(make_tiny_bert(2), tiny_tokenizer, tmp_path / "trials" / "s0" / "student", TASK, {"method": "kd"})
+    sweep_dir, messages = tmp_path / "variants", []
+    trial = results_table.trial_row("s0", "kd", 0, {"alpha": 0.5}, "finished",
+                                    {"metric": 0.5, "metric_name": "accuracy", "teacher_metric": 0.6, "student_path": str(student)})
+    results_table.write(sweep_dir / results_table.RESULTS_FILE, results_table.to_frame([trial]))
+
+    def lost(*args, **kwargs):
+        raise RuntimeError("the measuring node was lost")
+
+    monkeypatch.setattr(stage, "on_one_node", lost)
+    monkeypatch.setattr(stage, "judging", lambda *a: (None, None))
+    monkeypatch.setattr(stage, "register_front", lambda *a, **k: SimpleNamespace(decision=None))
+    frame = stage.select_stage(SPEC, tmp_path, sweep_dir, FakeTracker(), teacher, messages.append)
+
+    assert "variants: not built (RuntimeError: the measuring node was lost)" in messages
+    assert frame.set_index("trial_id").loc["s0", "latency_ms"] > 0 and frame.set_index("trial_id").loc["s0", "speedup"] > 0
+    assert any(line.startswith("latency: s0: p50 ") for line in messages), messages
+    assert not (sweep_dir / "variants.parquet").exists()
