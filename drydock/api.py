@@ -12,8 +12,9 @@ import copy
 import json
 import os
 import shutil
-from collections.abc import Mapping, Sequence
-from contextlib import ExitStack
+import sys
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +30,22 @@ if TYPE_CHECKING:
 
 Overrides = Sequence[str] | Mapping[str, Any] | None
 DEFAULT_WORKDIR = "runs"
+
+
+@contextmanager
+def ray_of_this_call(keep: bool) -> Iterator[None]:
+    """Ray, when this call started it (a local instance, or the connection to a cluster), is
+    shut down as the call returns, unless `keep`: a notebook kernel or a scheduler's worker that
+    ran a sweep otherwise kept Ray's processes, their memory and the connection for as long as
+    it lived. A Ray the caller had started (`ray.init` before the call) is left as it was."""
+    ray = sys.modules.get("ray")  # never imported for this: a call that fails early starts no Ray
+    running_before = ray is not None and ray.is_initialized()
+    try:
+        yield
+    finally:
+        ray = sys.modules.get("ray")
+        if not keep and not running_before and ray is not None and ray.is_initialized():
+            ray.shutdown()
 
 
 def load_spec(source: SweepSpec | str | os.PathLike[str] | Mapping[str, Any], overrides: Overrides = None) -> SweepSpec:
@@ -104,13 +121,15 @@ def plan(spec: SweepSpec | str | os.PathLike[str] | Mapping[str, Any], overrides
 
 
 def sweep(spec: SweepSpec | str | os.PathLike[str] | Mapping[str, Any], workdir: str | os.PathLike[str] = DEFAULT_WORKDIR, *,
-          resume: bool = False, address: str | None = None, show: bool | None = None) -> SweepResult:
+          resume: bool = False, address: str | None = None, show: bool | None = None, keep_ray: bool = False) -> SweepResult:
     """Run the whole sweep — prepare, teacher, search on Ray, select — and return its trials,
     front, champion and files.
 
     `workdir`: a folder, or a URI every node reaches (`s3://bucket/prefix`); `resume`: continue
     the last run of this sweep; `address`: a Ray cluster (default: the spec's
-    `resources.address`, else RAY_ADDRESS, else a local instance). `show`: print progress lines (default: when nothing in the process configured
+    `resources.address`, else RAY_ADDRESS, else a local instance); the Ray this call started is
+    shut down when it returns unless `keep_ray` (a Ray you started with `ray.init` is left
+    running). `show`: print progress lines (default: when nothing in the process configured
     logging; otherwise they go to the `drydock` logger). Raises `DrydockError` at once for a work
     location that takes no files, `SweepLocked` at once when a
     run of the same spec and work directory is going, `SpecError`/`DataError` before any work
@@ -122,7 +141,7 @@ def sweep(spec: SweepSpec | str | os.PathLike[str] | Mapping[str, Any], workdir:
     spec = load_spec(spec)
     store = WorkStore.open(os.fspath(workdir))
     store.check_writable()  # before the lock, which makes a folder there: `--workdir /proc` was a traceback
-    with logs.library(show) as log, ExitStack() as held:
+    with logs.library(show) as log, ExitStack() as held, ray_of_this_call(keep_ray):
         try:  # in <workdir>/<name>/ (for a URI, this node's folder for it: the lock is this host's)
             held.enter_context(spec_lock(store.path(spec.name), f"drydock sweep {spec.name}"))
         except Locked as e:
@@ -216,16 +235,17 @@ def prepare_output(output: Path, replace: bool, keep: list[Path]) -> None:
 
 
 def retrain(spec: SweepSpec | str | os.PathLike[str] | Mapping[str, Any], workdir: str | os.PathLike[str] = DEFAULT_WORKDIR, *,
-            address: str | None = None, show: bool | None = None) -> RetrainResult:
+            address: str | None = None, show: bool | None = None, keep_ray: bool = False) -> RetrainResult:
     """For schedulers: run the sweep again only if the spec, the data or the teacher changed
     since the last successful run (`pipeline.retrain`); the champion moves only on improvement.
+    The Ray this call started is shut down when it returns unless `keep_ray`, as for `sweep`.
     Raises `SweepLocked` ("skipped") when a run of the spec holds its lock."""
     from pipeline import retrain as job
     from pipeline.cli import logs
     from pipeline.lock import Locked
 
     spec = load_spec(spec)
-    with logs.library(show) as log:
+    with logs.library(show) as log, ray_of_this_call(keep_ray):
         try:
             outcome, details = job.retrain(spec, os.fspath(workdir), address=address, log=log)
         except Locked as e:

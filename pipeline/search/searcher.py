@@ -381,7 +381,8 @@ def study_searcher(spec: SweepSpec, context: SearchContext, store: WorkStore, ru
     key = f"{Path(context.trials_dir).parent.as_posix()}/{STUDY_FILE}"
     if run.resuming and not store.path(key).is_file() and store.exists(key):
         store.fetch(key)  # resumed on another machine; a journal here is the newer one (only appended, then pushed)
-    latency = SearchLatency(store, context.trials_dir, spec.selection.latency) if "latency" in spec.search.aims_at else None
+    latency = (SearchLatency(store, context.trials_dir, spec.selection.latency, runtimes=spec.selection.runtimes)
+               if "latency" in spec.search.aims_at else None)
     searcher = ConfigurationSearcher(spec, context.metric_key, str(store.path(key)), latency=latency,
                                      publish=(lambda: store.push(key)) if store.is_remote else None)
     if latency is not None:

@@ -42,7 +42,7 @@ from pipeline.measure.table import read_variants, shape_column, table_shapes, va
 from pipeline.select.champion import champion_rule
 from pipeline.select.pareto import Selection, best_per_method, select
 from pipeline.select.search_section import search_section, section_html, section_markdown
-from pipeline.select.variants import INT8, dominated_by, stack_summary
+from pipeline.select.variants import INT8, dominated_by, stack_summary, variant_champion
 from pipeline.workdir import LATENCY_FILE, PARETO_CSV, PARETO_PNG, REPORT_HTML, REPORT_MD, SPEC_FILE, atomic_path, current_run_dir
 
 DASH = "–"
@@ -347,12 +347,13 @@ def pareto_figure(chosen: Selection, frame: pd.DataFrame, ctx: ReportContext) ->
     (`ReportContext.variants`), a second panel beside it on the same metric axis: the runtimes
     (`_runtimes_panel`).
 
-    Beside, not on the same axes: the two are different measurements (the configurations' seed
-    means, timed one model at a time by `pipeline.measure.latency`; one model per configuration in
-    each runtime, timed interleaved with an interval), and each has its own teacher point and its
-    own front. On one axes the same student in eager fp32 would be drawn twice at two latencies
-    and the two fronts crossed; side by side, with the metric axis shared, a runtime's gain is
-    still read against the eager configurations at a glance."""
+    Beside, not on the same axes: the left shows the configurations' seed means (each model's
+    eager fp32 timing is the right panel's `torch` row: one measurement, `pipeline.measure.eager`),
+    the right one model per configuration in each runtime with its interval, each with its own
+    front. On one axes every student would be drawn twice and the two fronts crossed; side by
+    side, with the metric axis shared, a runtime's gain is read against the eager configurations
+    at a glance. With variants the champion the registry offers the alias to is the runtimes
+    panel's (`variant_champion`), so only that panel names it."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -385,7 +386,7 @@ def _eager_panel(ax: Any, chosen: Selection, frame: pd.DataFrame, ctx: ReportCon
     if len(front):
         ax.step(front["latency_ms"], front["metric_mean"], where="post", color="black", linewidth=1, label="Pareto front")
         ax.scatter(front["latency_ms"], front["metric_mean"], s=120, facecolors="none", edgecolors="black", zorder=3)
-    if chosen.champion is not None:
+    if chosen.champion is not None and alone:  # with variants, the runtimes panel names the champion
         c = chosen.champion
         ax.annotate("champion", (c["latency_ms"], c["metric_mean"]), textcoords="offset points", xytext=(8, 8))
     teacher_metric = _teacher_metric(frame)
@@ -428,6 +429,10 @@ def _runtimes_panel(ax: Any, table: pd.DataFrame, frame: pd.DataFrame, ctx: Repo
     if len(front):
         ax.step(front["latency_ms"], front["metric"], where="post", color="black", linewidth=1, label=VARIANT_FRONT)
         ax.scatter(front["latency_ms"], front["metric"], s=120, facecolors="none", edgecolors="black", zorder=3)
+    champion = variant_champion(table, ctx.selection)
+    if champion is not None and pd.notna(champion["latency_ms"]) and pd.notna(champion["metric"]):
+        ax.annotate(f"champion ({champion['runtime']})", (champion["latency_ms"], champion["metric"]),
+                    textcoords="offset points", xytext=(8, 8))
     teacher = shown[shown["trial_id"] == TEACHER]
     for runtime in runtimes:
         rows = teacher[teacher["runtime"] == runtime]

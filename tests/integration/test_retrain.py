@@ -6,6 +6,7 @@ comes from the location."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -18,6 +19,19 @@ from mlflow import MlflowClient
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.ray
+
+API_CALL = """
+import json, logging, sys
+import drydock
+levels = lambda: {n: logging.getLogger(n).level for n in ("", "mlflow", "drydock")}
+before = levels()
+result = drydock.retrain(sys.argv[1], sys.argv[2])
+print("REPORT " + json.dumps({
+    "outcome": result.outcome, "details": result.details, "summary": result.summary,
+    "ray_running": "ray" in sys.modules and sys.modules["ray"].is_initialized(),
+    "levels_changed": {n: [before[n], v] for n, v in levels().items() if v != before[n]},
+}, default=str))
+"""
 
 
 def _glue_copy(glue_dir: Path, target: Path, train_rows: int) -> Path:
@@ -70,9 +84,18 @@ def test_retrain_does_the_work_once_and_again_after_the_data_changes(tmp_path, g
     assert len(list((workdir / "retrain" / "runs").iterdir())) == 1  # no second sweep run
 
     _glue_copy(glue_dir, data.parent / "glue", train_rows=320)  # new training data arrived
-    third = run()
+    # the third run through the Python API, as an Airflow task calls it: the same work, its result
+    # typed, the process's logging left as it was, and the Ray the call started gone with it
+    third = subprocess.run([sys.executable, "-c", API_CALL, str(spec_file), workdir.as_uri()], cwd=cwd, capture_output=True,
+                           text=True, timeout=900, env={**os.environ, "DRYDOCK_CACHE_DIR": str(tmp_path / f"cache-{next(caches)}"),
+                                                        "PYTHONPATH": str(ROOT)})
     assert third.returncode == 0, third.stdout[-3000:] + third.stderr[-3000:]
-    assert "retrained (data, teacher changed)" in third.stdout.splitlines()[-1]
+    report = json.loads(next(line for line in third.stdout.splitlines() if line.startswith("REPORT "))[len("REPORT "):])
+    assert report["outcome"] == "retrained" and report["details"]["changed"] == ["data", "teacher"]
+    assert report["details"]["champion"] in ("retrain-student v1", "retrain-student v2")  # moves only on improvement
+    assert report["details"]["finished"] == report["details"]["trials"] == 1
+    assert report["summary"].startswith("drydock retrain retrain: retrained (data, teacher changed); 1/1 trials finished")
+    assert report["ray_running"] is False and report["levels_changed"] == {}
     assert len(list((workdir / "retrain" / "runs").iterdir())) == 2
     client = MlflowClient(f"sqlite:///{workdir / 'mlflow.db'}")
     assert len(client.search_model_versions("name='retrain-student'")) == 2  # the new student registered

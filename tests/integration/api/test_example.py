@@ -34,6 +34,7 @@ print("REPORT " + json.dumps({
     "champion": result.champion, "version": result.champion_version, "labels": predictions["label"].tolist(),
     "scores": predictions["score"].tolist(), "levels_changed": {n: [before[n], v] for n, v in levels().items() if v != before[n]}, "root_handlers": len(logging.getLogger().handlers),
     "tracking_uri": mlflow.get_tracking_uri(),
+    "ray_running": "ray" in sys.modules and sys.modules["ray"].is_initialized(),
 }))
 """
 
@@ -69,3 +70,4 @@ def test_the_quickstart_example_runs_as_a_notebook_and_labels_text_with_the_cham
     assert report["levels_changed"] == {} and report["root_handlers"] == 0
     assert str(tmp_path) not in report["tracking_uri"]  # MLflow's process-wide URI is not left pointing at the sweep's store
     assert (tmp_path / "runs" / "smoke" / "pareto.png").is_file()
+    assert report["ray_running"] is False  # the Ray drydock.sweep started ended with the call

@@ -234,11 +234,23 @@ def test_pareto_png_draws_each_runtime_as_its_own_series_beside_the_eager_panel(
     (front,) = [line for line in runtimes.get_lines() if line.get_label() == "variant front"]
     assert list(front.get_xdata()) == [2.0, 4.1] and list(front.get_ydata()) == [0.84, 0.86]  # s0/int8, s1/torch
     assert "8x32" in runtimes.get_xlabel() and "cpu, 2 threads" in runtimes.get_xlabel()
+    # the champion the registry offers the alias to is the variants' (s0 in int8, within the 3 ms
+    # budget): the runtimes panel names it, the eager panel names none
+    assert [(t.get_text(), t.xy) for t in runtimes.texts] == [(f"champion ({INT8})", (2.0, 0.84))]
+    assert [t.get_text() for t in eager.texts] == []
 
     # without variants: the eager panel alone, as before
     alone = pareto_figure(select(frame, ctx.selection), frame, ReportContext(sweep="demo", selection=ctx.selection))
     assert len(alone.axes) == 1 and tuple(alone.get_size_inches()) == (8, 5.5)
     assert [c.get_label() for c in alone.axes[0].containers] == ["kd"]
+    # no budget: an eager champion exists (s1); alone, the eager panel names it, and beside the
+    # runtimes it is left to that panel, which names the variants' (s1 in torch, the most accurate)
+    free = SelectionConfig()
+    assert select(frame, free).champion["best_trial_id"] == "s1"
+    alone = pareto_figure(select(frame, free), frame, ReportContext(sweep="demo", selection=free))
+    assert [(t.get_text(), t.xy) for t in alone.axes[0].texts] == [("champion", (4.2, 0.86))]
+    eager, runtimes = pareto_figure(select(frame, free), frame, ReportContext(sweep="demo", selection=free, variants=table)).axes
+    assert [t.get_text() for t in eager.texts] == [] and [t.get_text() for t in runtimes.texts] == ["champion (torch)"]
 
 
 def test_the_report_with_variants_writes_the_wider_plot(tmp_path):

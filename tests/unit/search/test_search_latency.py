@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from pipeline.config import LatencyConfig
 from pipeline.search.outcome import write_outcome
@@ -35,3 +36,42 @@ def test_students_that_differ_only_in_weights_share_one_measurement_and_a_deeper
     assert shallow == same and shallow > 0 and deep > 0
     assert latency.by_configuration == {"aaaa": shallow, "bbbb": shallow, "cccc": deep}
     assert json.loads((tmp_path / "trials/kd-aaaa-s0/outcome.json").read_text())["status"] == "finished"
+
+
+def test_each_architecture_is_timed_in_every_runtime_and_its_latency_is_the_fastest(tmp_path, monkeypatch):
+    # the select stage's front is over (configuration, runtime): the search ranks a student by
+    # its fastest variant, timed once per architecture (the int8 file is built once, in scratch)
+    from methods import get_method
+
+    store = WorkStore.open(tmp_path)
+    for cid, seed in (("aaaa", 0), ("bbbb", 7)):
+        folder = tmp_path / "trials" / f"kd-{cid}-s0"
+        make_tiny_bert(num_layers=2, seed=seed).save_pretrained(folder / "student")
+        write_outcome(folder, {"status": "finished", "student_path": str(folder / "student")})
+    settings = LatencyConfig(batch_size=4, seq_length=16, shapes=["4x16"], min_runs=3, min_seconds=0.2, warmup=1, threads=1)
+    latency = SearchLatency(store, "trials", settings, window_s=0.1, runtimes=["torch", "onnxruntime-int8"])
+    params = get_method("kd").Params()
+    first = latency(_trial(params, "aaaa"))
+    shape = architecture(tmp_path / "trials/kd-aaaa-s0/student")
+    eager, int8 = latency.by_runtime[(shape, "torch")], latency.by_runtime[(shape, "onnxruntime-int8")]
+    assert eager > 0 and int8 > 0 and eager != int8 and first == min(eager, int8)
+    assert latency.failures == {}
+    built = sorted(Path(latency._scratch.name).rglob("model.int8.onnx"))
+    assert len(built) == 1
+    stamp = built[0].stat().st_mtime_ns
+    # the second student of that architecture: nothing built or timed again
+    assert latency(_trial(params, "bbbb")) == first and len(latency.by_runtime) == 2
+    assert built[0].stat().st_mtime_ns == stamp
+    # a runtime that cannot be built is left out, said in failures; eager alone is never skipped
+    broken = SearchLatency(store, "trials", settings, window_s=0.1, runtimes=["torch", "onnxruntime-int8"])
+    (tmp_path / "odd").mkdir()
+    make_tiny_bert(num_layers=3).save_pretrained(tmp_path / "odd")
+    import pipeline.measure.engines as engines
+
+    def gave_up(*args, **kwargs):
+        raise RuntimeError("exporter gave up")
+
+    monkeypatch.setattr(engines, "build_variant", gave_up)
+    value = broken.of_folder(tmp_path / "odd")
+    odd = architecture(tmp_path / "odd")
+    assert value == broken.by_runtime[(odd, "torch")] and broken.failures == {(odd, "onnxruntime-int8"): "RuntimeError: exporter gave up"}
