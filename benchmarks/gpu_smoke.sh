@@ -50,6 +50,11 @@ SWEEP_CAP=${GPU_SMOKE_SWEEP_TIMEOUT:-180}
 RESERVE=40    # seconds kept for the export and latency checks
 MIN_SWEEP=45  # a sweep with less than this left is skipped, not started
 CHECKS=(cuda ddp zero2 theseus zero3 export latency)
+for only in ${GPU_SMOKE_ONLY:-}; do  # a misspelt name would skip every sweep and still pass
+  case $only in ddp|zero2|theseus|zero3) ;;
+    *) echo "gpu_smoke: GPU_SMOKE_ONLY: '$only' is not a sweep check (ddp, zero2, theseus, zero3)" >&2; exit 2 ;;
+  esac
+done
 
 # One Python program for everything the checks read; `--check` compiles it, so it cannot rot.
 read -r -d '' HELPER <<'PY'

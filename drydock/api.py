@@ -46,6 +46,9 @@ def ray_of_this_call(keep: bool) -> Iterator[None]:
         ray = sys.modules.get("ray")
         if not keep and not running_before and ray is not None and ray.is_initialized():
             ray.shutdown()
+            from pipeline.search.ray_instance import forget_local_instance
+
+            forget_local_instance()
 
 
 def load_spec(source: SweepSpec | str | os.PathLike[str] | Mapping[str, Any], overrides: Overrides = None) -> SweepSpec:

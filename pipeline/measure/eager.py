@@ -23,9 +23,20 @@ from pipeline.config import LatencyConfig, Shape
 from pipeline.measure.job import TEACHER, Host, VariantOutcome, runner_name
 from pipeline.measure.latency import Measurement, Timings
 from pipeline.measure.runtimes import EAGER
-from pipeline.prepare.model_card import stored_parameters
+from pipeline.prepare.model_card import parameter_count
 
 UNKNOWN_HOST = Host(hostname="", pid=0, node_id="", device_name="unknown", torch_version="")
+
+
+def _parameters(folder: Path) -> int:
+    """As `measure_folder` reports it: drydock.json's or the safetensors headers' count, else the
+    loaded model's (a folder of `.bin` weights; seconds, once per model)."""
+    counted = parameter_count(folder)
+    if counted is not None:
+        return counted
+    from pipeline.measure.engines import load_model
+
+    return sum(p.numel() for p in load_model(folder).parameters())
 
 
 def eager_view(outcome: VariantOutcome, students: Mapping[str, Path], teacher: Path,
@@ -38,7 +49,8 @@ def eager_view(outcome: VariantOutcome, students: Mapping[str, Path], teacher: P
     facts = {(fact.trial_id, fact.runtime): fact for fact in outcome.facts}
     host = outcome.host or UNKNOWN_HOST
     reference = runner_name(TEACHER, EAGER)
-    timings, speedups = Timings(), {}
+    timings = Timings()
+    speedups: dict[str, float] = {}
     for key, folder in [(TEACHER, teacher), *students.items()]:
         name = runner_name(key, EAGER)
         timing = result.timings.get(name) if result is not None else None
@@ -52,7 +64,7 @@ def eager_view(outcome: VariantOutcome, students: Mapping[str, Path], teacher: P
             throughput=settings.batch_size * 1000.0 / timing.p50_ms, runs=timing.rounds, warmup=timing.warmup,
             batch_size=settings.batch_size, seq_length=settings.seq_length, device=settings.device,
             device_name=host.device_name, threads=outcome.threads, torch_version=host.torch_version,
-            num_params=stored_parameters(Path(folder)) or 0, hostname=host.hostname, node_id=host.node_id, pid=host.pid,
+            num_params=_parameters(Path(folder)), hostname=host.hostname, node_id=host.node_id, pid=host.pid,
             measured_as=timing.measured_as.rsplit("/", 1)[0] if timing.measured_as else "",
         )
         if key == TEACHER:

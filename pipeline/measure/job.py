@@ -1,4 +1,4 @@
-"""The measurement job of the runtime variants: every timed student and the teacher in every
+"""The measurement job of the runtime variants: every planned student and the teacher in every
 runtime of `selection.runtimes`, built, checked, scored on the dev set and timed interleaved at
 every shape of `selection.latency.shapes`, in one process. Its result is one fact per (model,
 runtime) (`VariantFacts`) and one `InterleavedResult` per shape; the select stage's variants step

@@ -17,8 +17,9 @@ kind of machine, alone. So:
 - every measurement records the device model it ran on (`Measurement.device_name`: the GPU's
   name from torch, or the CPU's model), the node and the process.
 
-Under Ray (the sweep's select stage), measurements run in parallel, one node per measuring
-process (`measure_all`):
+Under Ray (the sweep's select stage, when it builds no runtime variants: with variants the
+eager figures are the variants job's, `pipeline.measure.eager`), measurements run in parallel,
+one node per measuring process (`measure_all`):
 
 - `plan_nodes` picks the nodes, from `ray.nodes()`: for `device: cuda`, the GPU nodes of one
   accelerator type — `selection.latency.accelerator_type`, matched against the
@@ -42,7 +43,7 @@ process (`measure_all`):
   (Ray's default `max_calls=1` for GPU tasks: docs/stack-facts.md, "Measuring latency on Ray"),
   which would re-import torch and re-initialise CUDA for every student.
 - a node lost mid-way (its actor dies) hands its unfinished students back to the queue, once.
-- the runtime variants (`pipeline.measure.job`) are built, scored and timed by one more
+- the runtime variants (`pipeline.measure.job`) are built, scored and timed by one
   actor on one planned node (`on_one_node`): their timings are interleaved rounds, which
   only mean something within one process, so they are never spread over nodes.
 
@@ -130,6 +131,9 @@ class LatencyRecord(BaseModel):
     errors: dict[str, str] = {}  # trial_id (or `teacher@<node_id>`) → why it could not be measured
     not_timed: dict[str, str] = {}  # trial_id → the trial its configuration serves, which was timed instead
     measured_at: str = ""
+    # True: read off the variants job's interleaved timing (`pipeline.measure.eager`), every model
+    # in one process, speedups the within-round ratios; False: each model timed alone on its node
+    interleaved: bool = False
 
 
 @dataclass
@@ -691,8 +695,8 @@ def load_record(sweep_dir: Path) -> LatencyRecord | None:
         raise DrydockError(f"{path}: not a latency record written by drydock ({type(e).__name__})") from None
 
 
-def fill_latency(frame, students: Mapping[str, Measurement], teachers: Mapping[str, Measurement],
-                 speedups: Mapping[str, float] | None = None):
+def fill_latency(frame: pd.DataFrame, students: Mapping[str, Measurement], teachers: Mapping[str, Measurement],
+                 speedups: Mapping[str, float] | None = None) -> pd.DataFrame:
     """results.parquet's latency_ms, latency_p90_ms, speedup and latency_device, by trial_id
     (others: null). `teachers` maps a node id to the teacher timed there: a student's speedup
     is its own node's teacher p50 over its p50, and null when its node timed no teacher, unless
@@ -716,7 +720,7 @@ def fill_latency(frame, students: Mapping[str, Measurement], teachers: Mapping[s
     if "latency_device" in frame:
         frame["latency_device"] = device
     else:  # a table written before the column existed: in its place, after speedup
-        frame.insert(frame.columns.get_loc("speedup") + 1, "latency_device", device)
+        frame.insert(list(frame.columns).index("speedup") + 1, "latency_device", device)
     return frame
 
 

@@ -67,6 +67,13 @@ def weight_files(folder: Path) -> list[Path]:
     return sorted([*Path(folder).glob("*.safetensors"), *Path(folder).glob("*.bin")])
 
 
+def parameter_count(folder: Path) -> int | None:
+    """The parameters of a saved model: its drydock.json's count, else its safetensors headers'
+    (`stored_parameters`); None when neither says."""
+    meta = read_metadata(folder)
+    return int(meta["num_params"]) if meta.get("num_params") is not None else stored_parameters(folder)
+
+
 def stored_parameters(folder: Path) -> int | None:
     """Elements in the folder's safetensors files, from their headers (nothing is loaded): the
     count for a folder whose drydock.json has none. None when weights are not all safetensors."""
@@ -188,7 +195,7 @@ def _summary(meta: dict[str, Any], config: dict[str, Any], folder: Path, latency
     teacher_metric = (f"; its dev {meta.get('metric_name', 'metric')}: {_number(meta['teacher_metric'])}"
                       if meta.get("teacher_metric") is not None else "")
     data_revision = f", hub dataset commit `{meta['data_revision']}`" if meta.get("data_revision") else ""
-    num_params = meta.get("num_params") if meta.get("num_params") is not None else stored_parameters(folder)
+    num_params = parameter_count(folder)
     encoder = (f" ({meta['num_params_encoder']:,} outside the embeddings)"
                if meta.get("num_params_encoder") is not None else "")
     weights = weight_files(folder)

@@ -44,6 +44,16 @@ API_SERVER_VARIABLE = "RAY_API_SERVER_ADDRESS"
 _api_server_set: str | None = None  # the value init_ray last put into os.environ
 
 
+def forget_local_instance() -> None:
+    """After `ray.shutdown()` of the local instance `init_ray` started: its State API address
+    leaves the environment, so a later `ray.init` in this process (the user's own, in a
+    notebook) does not ask a dead dashboard."""
+    global _api_server_set
+    if _api_server_set and os.environ.get(API_SERVER_VARIABLE) == _api_server_set:
+        del os.environ[API_SERVER_VARIABLE]
+    _api_server_set = None
+
+
 def init_ray(address: str | None, use_gpu: bool) -> None:
     if ray.is_initialized():
         return

@@ -8,8 +8,11 @@ latency is the fastest of them. The select stage's front is over (configuration,
 configuration's best chance on it is its fastest variant: with `[torch, onnxruntime-int8]` on a
 CPU the front's students are mostly int8, and steering the search by eager fp32 alone would rank
 architectures by a runtime the user does not serve (an ONNX Runtime int8 export of a shallower
-student does not speed up by the same factor as eager fp32). The ONNX files are built
-(`pipeline.measure.engines.build_variant`) in a scratch folder, once per architecture. Students of one architecture
+student does not speed up by the same factor as eager fp32). Every runtime, eager included, is
+built and run as the select stage's variants job does (`build_variant`, `load_runner`), an ONNX
+file in a scratch folder removed once timed, once per architecture. The export and its
+quantization run where the configuration is told, in the searcher (Tune's loop in the sweep's
+process): seconds for a small student on a CPU, paid once per architecture. Students of one architecture
 take the same time whatever their weights, so the figure is cached per architecture (the shape
 fields of the export's config.json): a dense student of a depth already timed costs nothing, and
 a pruned CoFi student, whose shape its training decided, is timed once its export exists. The
@@ -20,7 +23,6 @@ noisier than the select stage's).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import tempfile
 from collections.abc import Sequence
@@ -32,7 +34,7 @@ import numpy as np
 
 from pipeline.config import LatencyConfig
 from pipeline.measure.interleaved import architecture_key
-from pipeline.measure.latency import measure_folder, time_alone
+from pipeline.measure.latency import time_alone
 from pipeline.measure.runtimes import EAGER
 from pipeline.search.outcome import OUTCOME_FILE, read_outcome
 from pipeline.search.space import Trial
@@ -61,7 +63,6 @@ class SearchLatency:
         self.by_runtime: dict[tuple[str, str], float] = {}  # (architecture, runtime) → p50
         self.failures: dict[tuple[str, str], str] = {}  # a runtime that could not be built or run
         self.by_configuration: dict[str, float] = {}
-        self._scratch: tempfile.TemporaryDirectory[str] | None = None  # the ONNX files, removed with this object
 
     def __call__(self, trial: Trial) -> float:
         key = f"{self.trials_dir}/{trial.key}"
@@ -78,7 +79,7 @@ class SearchLatency:
         if shape not in self.by_architecture:
             for runtime in self.runtimes:
                 try:
-                    self.by_runtime[(shape, runtime)] = self._p50(folder, runtime, shape)
+                    self.by_runtime[(shape, runtime)] = self._p50(folder, runtime)
                 except Exception as e:  # noqa: BLE001 - another runtime may still time it; none: raised below
                     if runtime == EAGER or len(self.runtimes) == 1:
                         raise
@@ -87,21 +88,21 @@ class SearchLatency:
                                               if (shape, runtime) in self.by_runtime)
         return self.by_architecture[shape]
 
-    def _p50(self, folder: Path, runtime: str, shape: str) -> float:
-        if runtime == EAGER:
-            return measure_folder(folder, self.settings).p50_ms
+    def _p50(self, folder: Path, runtime: str) -> float:
+        """One runtime's p50, built and run as the select stage's variants job does
+        (`build_variant`, `load_runner`: the same input and output copies in every runtime, so
+        the fastest is picked on equal terms); an ONNX file lives in scratch only while timed."""
         import torch
 
         from pipeline.measure.engines import build_variant, load_runner
         from pipeline.measure.job import latency_inputs
 
-        if self._scratch is None:
-            self._scratch = tempfile.TemporaryDirectory(prefix="drydock-search-latency-")
-        out = Path(self._scratch.name) / hashlib.sha256(shape.encode()).hexdigest()[:16]
         settings = self.settings
-        variant = build_variant(folder, runtime, out, seq_length_hint=settings.seq_length)
-        runner = load_runner(variant, settings.threads or torch.get_num_threads(), settings.device)
         config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
         inputs = latency_inputs(config, settings.batch_size, settings.seq_length)
         sync = torch.cuda.synchronize if settings.device == "cuda" else None
-        return float(np.median(time_alone(partial(runner, inputs), settings, sync, f"{folder.name}/{runtime}")))
+        with tempfile.TemporaryDirectory(prefix="drydock-search-latency-") as scratch:
+            variant = build_variant(folder, runtime, Path(scratch), seq_length_hint=settings.seq_length)
+            runner = load_runner(variant, settings.threads or torch.get_num_threads(), settings.device)
+            times = time_alone(partial(runner, inputs), settings, sync, f"{folder.name}/{runtime}")
+        return float(np.median(times))

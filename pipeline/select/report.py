@@ -229,7 +229,12 @@ def latency_line(ctx: ReportContext) -> str:
     where = f"on {measured.description}" if measured is not None else f"on {settings.device} (not measured yet)"
     line = f"Latency: batch {settings.batch_size} × {settings.seq_length} tokens {where}; p50 / p90 in ms."
     teachers = [m for node_id, m in ctx.latency.teachers.items() if node_id] if ctx.latency else []
-    if teachers:
+    if ctx.latency and ctx.latency.interleaved:
+        host = measured.hostname if measured is not None and measured.hostname else "one node"
+        line += (f" Timed once, interleaved with every runtime variant in one process on {host} (the Runtimes "
+                 "section's `torch` rows); every speedup is the median over rounds of the within-round ratio to "
+                 "the teacher.")
+    elif teachers:
         hosts = ", ".join(sorted({m.hostname or m.node_id[:12] for m in teachers}))
         p50s = sorted(m.p50_ms for m in teachers)
         spread = f"{p50s[0]:.2f} ms" if len(p50s) == 1 else f"{p50s[0]:.2f}–{p50s[-1]:.2f} ms"

@@ -20,6 +20,8 @@ from typing import Any
 
 import pandas as pd
 
+from pipeline.measure.job import TEACHER
+from pipeline.measure.table import read_variants, variants_path
 from pipeline.workdir import SEARCH_FILE, SEARCH_PNG, config_id_of
 
 logger = logging.getLogger(__name__)
@@ -32,18 +34,26 @@ class SearchSection:
     plot: Path | None = None
 
 
-def final_latencies(frame: pd.DataFrame) -> dict[str, float]:
-    """Each configuration's latency as the select stage timed it (the mean over the seeds timed)."""
+def final_latencies(frame: pd.DataFrame, variants: pd.DataFrame | None = None) -> dict[str, float]:
+    """Each configuration's latency as the select stage timed it (the mean over the seeds timed):
+    with `variants` (variants.parquet), each seed's fastest runtime, as the search took it
+    (`pipeline.search.search_latency`); else results.parquet's eager fp32."""
+    if variants is not None and len(variants):
+        rows = variants[variants["latency_ms"].notna() & variants["error"].isna() & (variants["trial_id"] != TEACHER)]
+        fastest = rows.groupby("trial_id")["latency_ms"].min()
+        frame = frame.assign(latency_ms=frame["trial_id"].astype(str).map(fastest))
     timed = frame[frame["latency_ms"].notna()]
     ids = [config_id_of(str(key), str(m)) for key, m in zip(timed["trial_id"], timed["method"], strict=True)]
     return {str(k): float(v) for k, v in timed.groupby(ids)["latency_ms"].mean().items()}
 
 
-def rank_agreement(summary: dict[str, Any], frame: pd.DataFrame) -> tuple[float, int] | None:
-    """Spearman's rho of search-time against final latencies, and over how many configurations."""
+def rank_agreement(summary: dict[str, Any], frame: pd.DataFrame,
+                   variants: pd.DataFrame | None = None) -> tuple[float, int] | None:
+    """Spearman's rho of search-time against final latencies (`final_latencies`), and over how
+    many configurations."""
     from scipy.stats import spearmanr
 
-    final = final_latencies(frame)
+    final = final_latencies(frame, variants)
     pairs = [(c["latency_ms"], final[c["config_id"]]) for c in summary["configurations"]
              if c.get("latency_ms") is not None and c["config_id"] in final]
     if len(pairs) < 3 or len({a for a, _ in pairs}) < 2 or len({b for _, b in pairs}) < 2:
@@ -75,9 +85,12 @@ def _section(summary: dict[str, Any], run_dir: Path, frame: pd.DataFrame) -> Sea
         section.lines.append(f"Hypervolume of the front after {len(curve)} configurations: {curve[-1]:.4g} (reference: metric "
                              f"{ref[0]:g}, the teacher's {ref[1]:.3g} ms as the search timed it).")
         section.plot = _plot(curve, run_dir / SEARCH_PNG)
-    agreement = rank_agreement(summary, frame)
+    variants_file = variants_path(run_dir)
+    variants = read_variants(variants_file) if variants_file.is_file() else None
+    agreement = rank_agreement(summary, frame, variants)
     if agreement is not None:
-        section.lines.append(f"Search-time latencies against the select stage's: Spearman ρ = {agreement[0]:.2f} over "
+        which = " (each one's fastest runtime)" if variants is not None else ""
+        section.lines.append(f"Search-time latencies against the select stage's{which}: Spearman ρ = {agreement[0]:.2f} over "
                              f"{agreement[1]} configurations timed by both.")
     rows = [{"method": m, "parameter": p.split(".", 1)[1], "importance": round(v, 3)}
             for m, found in (summary.get("importances") or {}).items() for p, v in found.items()]

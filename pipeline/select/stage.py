@@ -76,8 +76,9 @@ from pipeline.tracking import SweepTracker
 def log_trial_latency(tracker: SweepTracker, frame: pd.DataFrame, students: dict[str, Measurement],
                       teachers: dict[str, Measurement] | None = None) -> None:
     """Each timed trial's run gets its figures with the device model and node they were measured
-    on, and the teacher's p50 on that node (its speedup's reference); every candidate's run gets
-    its configuration's Pareto mark, timed or not."""
+    on, and the teacher's p50 on that node (the reference of a speedup timed alone; an
+    interleaved one is the median within-round ratio); every candidate's run gets its
+    configuration's Pareto mark, timed or not."""
     teachers = teachers or {}
     for _, row in frame.iterrows():
         run_id, m = row["mlflow_run_id"], students.get(str(row["trial_id"]))
@@ -177,7 +178,7 @@ def select_stage(
     # the seeds left untimed, each with the one its configuration serves (their columns stay empty)
     not_timed = {} if settings.all_seeds else {t: s for t, s in served_by(frame).items() if t != s}
     record = LatencyRecord(settings=settings, teacher=teacher, teachers=timings.teachers, teacher_name=spec.teacher.model,
-                           students=measured, errors=timings.errors, not_timed=not_timed)
+                           students=measured, errors=timings.errors, not_timed=not_timed, interleaved=variants is not None)
     latency_file = save_record(out_dir, record)
     log_trial_latency(tracker, frame, measured, timings.teachers)
 

@@ -169,6 +169,12 @@ def test_the_latency_line_names_the_nodes_and_the_untimed_seeds(sweep_dir):
             "Timed in parallel on 2 node(s) (gpu-n1, gpu-n2), the teacher on each (p50 10.00–10.40 ms); "
             "every speedup is against the teacher on the student's own node. One export per configuration was timed, "
             "the seed the registry serves (1 other seed(s) untimed; `selection.latency.all_seeds: true` times every seed).") in md
+    # read off the variants' interleaved timing: one process, within-round speedups, said so
+    save_record(sweep_dir, record.model_copy(update={"teachers": {"n1": on["n1"]}, "teacher": on["n1"], "interleaved": True}))
+    md = rebuild_report(sweep_dir).markdown.read_text()
+    assert ("p50 / p90 in ms. Timed once, interleaved with every runtime variant in one process on gpu-n1 (the Runtimes "
+            "section's `torch` rows); every speedup is the median over rounds of the within-round ratio to the teacher.") in md
+    assert "Timed in parallel" not in md
 
 
 # --- pareto.png with the runtimes (variants.parquet) -------------------------------------------

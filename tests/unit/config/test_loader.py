@@ -173,6 +173,13 @@ def test_gpu_smoke_only_runs_the_sweep_checks_named(tmp_path):
     assert lines[-1] == "gpu_smoke: 4 passed, 0 failed, 3 skipped" and run.returncode == 0
     sweeps = calls.read_text().splitlines()
     assert len(sweeps) == 1 and "name=gpu-zero3" in sweeps[0] and "zero_stage=3" in sweeps[0]
+    # a misspelt name is refused before anything runs, rather than skipping every sweep and passing
+    calls.unlink()
+    run = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_smoke.sh"), str(tmp_path / "work")],
+                         capture_output=True, text=True,
+                         env={"PATH": "/usr/bin:/bin", "PYTHON": str(fake), "GPU_SMOKE_ONLY": "zero3 zero-2"})
+    assert run.returncode == 2 and run.stdout == "" and not calls.exists()
+    assert run.stderr.strip() == "gpu_smoke: GPU_SMOKE_ONLY: 'zero-2' is not a sweep check (ddp, zero2, theseus, zero3)"
 
 
 def test_gpu_smoke_names_the_last_real_progress_line_of_a_sweep_that_timed_out(tmp_path):

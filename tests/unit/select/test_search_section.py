@@ -68,3 +68,17 @@ def test_equal_latencies_have_no_ranking_and_an_unreadable_summary_costs_only_th
     assert rank_agreement(SUMMARY, equal) is None  # Spearman of a constant is undefined, not "nan"
     (tmp_path / "search.json").write_text('{"algorithm": "motpe"')
     assert search_section(tmp_path, equal) is None
+
+
+def test_with_variants_the_search_is_ranked_against_each_configurations_fastest_runtime():
+    # the search timed the fastest of selection.runtimes: the select stage's eager figures would
+    # rank it against another runtime than it measured
+    eager_reversed = _frame({"aaaa": [5.0], "bbbb": [11.0], "dddd": [3.0]})
+    rows = [("teacher", "torch", 20.0, None), ("teacher", "onnxruntime-int8", 1.0, None),
+            ("kd-aaaa-s0", "torch", 5.0, None), ("kd-aaaa-s0", "onnxruntime-int8", 2.5, None),
+            ("kd-bbbb-s0", "torch", 11.0, None), ("kd-bbbb-s0", "onnxruntime-int8", 1.5, None),
+            ("kd-dddd-s0", "torch", 3.0, None), ("kd-dddd-s0", "onnxruntime-int8", 0.5, "RuntimeError: broke")]
+    variants = pd.DataFrame(rows, columns=["trial_id", "runtime", "latency_ms", "error"])
+    assert final_latencies(eager_reversed, variants) == {"aaaa": 2.5, "bbbb": 1.5, "dddd": 3.0}  # dddd's int8 failed
+    assert rank_agreement(SUMMARY, eager_reversed)[0] == pytest.approx(-1.0)
+    assert rank_agreement(SUMMARY, eager_reversed, variants) == (pytest.approx(1.0), 3)
