@@ -215,9 +215,9 @@ def measure_once(spec: SweepSpec, students: Mapping[str, Path], teacher: Path | 
     model in every runtime and the eager figures are its torch rows; else, or when the job fails
     as a whole, eager fp32 alone (`measure_all`)."""
     settings = spec.selection.latency
-    if students and teacher is not None and variants_wanted(spec.selection):
+    if students and variants_wanted(spec.selection):  # without a teacher it says why no variants were built
         step = variants_step(spec, students, teacher, out_dir, log, store=store)
-        if step is not None:
+        if step is not None and teacher is not None:
             timings, speedups = eager_view(step.outcome, students, teacher, settings)
             log(f"latency: eager fp32 from the variants' timing at {settings.batch_size}x{settings.seq_length} "
                 f"(interleaved): {_eager_line(timings)}")
