@@ -178,7 +178,7 @@ def sweep_result(spec: SweepSpec, store: WorkStore, frame: pd.DataFrame) -> Swee
         name=spec.name, results=frame, front=front,
         champion=f"models:/{spec.registered_model_name}@{CHAMPION}" if version else None, champion_version=version,
         tracking_uri=uri, results_file=store.uri(f"{spec.name}/{RESULTS_FILE}"), report=store.uri(f"{spec.name}/{REPORT_MD}"),
-        plot=store.uri(f"{spec.name}/{PARETO_PNG}"), front_table=pareto_table_text(frame, spec.selection),
+        plot=store.uri(f"{spec.name}/{PARETO_PNG}"), front_table=pareto_table_text(frame, spec.selection, variants),
         variants=variants if runtimes else None, runtimes_table=runtimes,
     )
 

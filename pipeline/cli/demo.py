@@ -54,7 +54,8 @@ def demo_tables(sweep_dir: Path) -> str:
     spec = saved_spec(sweep_dir)
     selection = spec.selection if spec else SelectionConfig()
     frame = results_table.read_results(sweep_dir / results_table.RESULTS_FILE)
-    return pareto_table_text(frame, selection) + runtimes_table_text(read_variants(variants_path(sweep_dir)), frame, selection)
+    variants = read_variants(variants_path(sweep_dir))
+    return pareto_table_text(frame, selection, variants) + runtimes_table_text(variants, frame, selection)
 
 
 def put_in_readme(readme: str, tables: str) -> str:

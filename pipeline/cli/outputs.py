@@ -121,8 +121,9 @@ def cmd_report(args: argparse.Namespace) -> int:
     files = rebuild_report(args.sweep_dir)
     spec = saved_spec(args.sweep_dir)
     frame = results_table.read_results(args.sweep_dir / results_table.RESULTS_FILE)
-    print(pareto_table_text(frame, spec.selection if spec else None))
-    runtimes = runtimes_table_text(read_variants(variants_path(args.sweep_dir)), frame, spec.selection if spec else SelectionConfig())
+    variants = read_variants(variants_path(args.sweep_dir))
+    print(pareto_table_text(frame, spec.selection if spec else None, variants))
+    runtimes = runtimes_table_text(variants, frame, spec.selection if spec else SelectionConfig())
     if runtimes:
         print(runtimes)
     print(f"report: {files.markdown}\n        {files.html}\nplot:   {files.plot}")

@@ -43,12 +43,17 @@ def _cell(value: Any, digits: int = 4) -> str:
     return f"{value:.{digits}f}" if isinstance(value, float) else str(value)
 
 
-def pareto_table_text(frame: pd.DataFrame, selection: SelectionConfig | None = None) -> str:
+def pareto_table_text(frame: pd.DataFrame, selection: SelectionConfig | None = None, variants: pd.DataFrame | None = None) -> str:
     """The Pareto members as a terminal table (rich; plain text when piped) — what `make demo`
     prints last. Without `selection`, the members are the rows the select stage marked in the
     `pareto` column (so a spec's size objective is honoured) and no champion is shown; with it,
-    selection is recomputed under that spec's rules and the champion is marked."""
+    selection is recomputed under that spec's rules and the champion is marked: the one the
+    registry serves. With runtime variants (variants.parquet beyond eager) that is the served
+    variants' champion (`served_champion`), which may be another configuration's int8 export than
+    this eager table's most accurate row, so the line names its runtime and the ◆ goes on a row
+    only when the served champion is that configuration in eager fp32."""
     from pipeline.config import SelectionConfig
+    from pipeline.select.variants import served_champion
 
     chosen = select(frame, selection or SelectionConfig())
     front = chosen.front
@@ -65,13 +70,20 @@ def pareto_table_text(frame: pd.DataFrame, selection: SelectionConfig | None = N
     table = Table(title=f"Pareto front ({metric_name} ↑, latency ↓)")
     for column in ["configuration", f"{metric_name} (mean ± std)", "latency ms (p50 / p90)", "speedup", "params", "best seed"]:
         table.add_column(column, justify="left" if column in ("configuration", "best seed") else "right")
+    served = served_champion(variants, chosen.configs, selection) if selection is not None and variants is not None else None
     for _, c in front.iterrows():
-        mark = " ◆" if selection is not None and c.get("champion") else ""
-        table.add_row(c["config"] + mark, fmt_mean_std(c["metric_mean"], c["metric_std"], int(c["n"])),
+        if served is not None:
+            won = str(c["best_trial_id"]) == str(served["trial_id"]) and served["runtime"] == EAGER_RUNTIME
+        else:
+            won = selection is not None and bool(c.get("champion"))
+        table.add_row(c["config"] + (" ◆" if won else ""), fmt_mean_std(c["metric_mean"], c["metric_std"], int(c["n"])),
                       fmt_latency(c["latency_ms"], c["latency_p90_ms"]), fmt_speedup(c["speedup"]),
                       fmt_params(c["num_params"]), c["best_trial_id"])
     console.print(table)
-    if selection is not None and chosen.champion is not None:
+    if served is not None:
+        name = chosen.configs.set_index("best_trial_id")["config"].get(str(served["trial_id"]), str(served["trial_id"]))
+        console.print(f"◆ champion: {name} in {served['runtime']} (the runtimes table below)")
+    elif selection is not None and chosen.champion is not None:
         console.print(f"◆ champion: {chosen.champion['config']}")
     return out.getvalue()
 
@@ -79,17 +91,21 @@ def pareto_table_text(frame: pd.DataFrame, selection: SelectionConfig | None = N
 def runtimes_table_text(variants: pd.DataFrame, frame: pd.DataFrame, selection: SelectionConfig) -> str:
     """variants.parquet as the command prints it after the front: every model in every runtime at
     the front's shape — its own dev metric, p50 with its ~95% interval, speedup over the teacher
-    in eager fp32, size — ★ on the front over (configuration, runtime), ◆ the champion the
-    registry serves. Empty when the sweep built no runtime variant."""
+    in eager fp32, size — ★ on the front the registry registers (`served_front`: each
+    configuration's best seed in every runtime, marked among themselves), ◆ its champion, the
+    alias's candidate. A weaker seed's row is shown, never marked: it is not served. Empty when
+    the sweep built no runtime variant."""
     from pipeline.measure.job import TEACHER
-    from pipeline.select.variants import variant_champion
+    from pipeline.select.variants import served_front, variant_champion
 
     if not len(variants) or set(variants["runtime"].dropna()) <= {EAGER_RUNTIME}:
         return ""
     configs = select(frame, selection).configs if len(frame) else pd.DataFrame(columns=["config_key", "config"])
     named = dict(zip(configs["config_key"], configs["config"]))  # the front table's names (`kd alpha=0.9`)
     names = {str(r["trial_id"]): named.get(config_key(str(r["method"]), row_params(r)), str(r["trial_id"])) for _, r in frame.iterrows()}
-    champion = variant_champion(variants, selection)
+    served = served_front(variants, configs, selection) if len(configs) else variants.iloc[:0]
+    registered = {(str(r["trial_id"]), str(r["runtime"])) for _, r in served.iterrows() if not pd.isna(r["pareto"]) and bool(r["pareto"])}
+    champion = variant_champion(served, selection) if len(served) else None
     shape = str(variants["front_shape"].dropna().iloc[0]) if variants["front_shape"].notna().any() else "?"
     table = Table(title=f"Runtimes at batch × length {shape} ({metric_name_of(variants)} ↑, latency ↓; ★ front, ◆ champion)")
     for column in ["model", "runtime", metric_name_of(variants), "p50 ms [~95%]", "speedup", "size MB", ""]:
@@ -98,7 +114,7 @@ def runtimes_table_text(variants: pd.DataFrame, frame: pd.DataFrame, selection: 
     for _, r in ordered.iterrows():
         trial = str(r["trial_id"])
         won = champion is not None and trial == str(champion["trial_id"]) and r["runtime"] == champion["runtime"]
-        marks = ("★" if not pd.isna(r["pareto"]) and bool(r["pareto"]) else "") + (" ◆" if won else "")
+        marks = ("★" if (trial, str(r["runtime"])) in registered else "") + (" ◆" if won else "")
         latency = "–" if pd.isna(r["latency_ms"]) else f"{r['latency_ms']:.2f} [{r['latency_low_ms']:.2f}–{r['latency_high_ms']:.2f}]"
         size = "–" if pd.isna(r["size_bytes"]) else f"{r['size_bytes'] / 1e6:.1f}"
         table.add_row(TEACHER if trial == TEACHER else names.get(trial, trial), str(r["runtime"]), _cell(r["metric"]), latency,

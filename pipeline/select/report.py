@@ -26,7 +26,7 @@ import html
 import json
 import math
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +42,7 @@ from pipeline.measure.table import read_variants, shape_column, table_shapes, va
 from pipeline.select.champion import champion_rule
 from pipeline.select.pareto import Selection, best_per_method, select
 from pipeline.select.search_section import search_section, section_html, section_markdown
-from pipeline.select.variants import INT8, dominated_by, stack_summary, variant_champion
+from pipeline.select.variants import INT8, dominated_by, served_champion, stack_summary
 from pipeline.workdir import LATENCY_FILE, PARETO_CSV, PARETO_PNG, REPORT_HTML, REPORT_MD, SPEC_FILE, atomic_path, current_run_dir
 
 DASH = "–"
@@ -248,6 +248,12 @@ def latency_line(ctx: ReportContext) -> str:
 
 def champion_line(chosen: Selection, ctx: ReportContext) -> str:
     rule = champion_rule(ctx.selection)
+    served = served_champion(ctx.variants, chosen.configs, ctx.selection)
+    if served is not None:  # the alias goes to a variant: its own figures, measured in its runtime
+        name = chosen.configs.set_index("best_trial_id")["config"].get(str(served["trial_id"]), str(served["trial_id"]))
+        return (f"**Champion** ({rule}, over runtimes): {name} in {served['runtime']} — {fmt(served['metric'])} (this export), "
+                f"{fmt(served['latency_ms'], 2)} ms p50, {fmt_speedup(served['speedup'])} over the teacher in eager fp32; "
+                f"registered seed {served['trial_id']} (the Runtimes section)")
     if chosen.champion is None:
         return f"**Champion** ({rule}): none — no Pareto configuration qualifies."
     c = chosen.champion
@@ -358,7 +364,7 @@ def pareto_figure(chosen: Selection, frame: pd.DataFrame, ctx: ReportContext) ->
     front. On one axes every student would be drawn twice and the two fronts crossed; side by
     side, with the metric axis shared, a runtime's gain is read against the eager configurations
     at a glance. With variants the champion the registry offers the alias to is the runtimes
-    panel's (`variant_champion`), so only that panel names it."""
+    panel's (`served_champion`), so only that panel names it."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -368,7 +374,7 @@ def pareto_figure(chosen: Selection, frame: pd.DataFrame, ctx: ReportContext) ->
     ax = fig.add_subplot(1, 1 if variants is None else 2, 1)
     _eager_panel(ax, chosen, frame, ctx, alone=variants is None)
     if variants is not None:
-        _runtimes_panel(fig.add_subplot(1, 2, 2, sharey=ax), variants, frame, ctx)
+        _runtimes_panel(fig.add_subplot(1, 2, 2, sharey=ax), variants, chosen.configs, ctx)
     fig.tight_layout()
     return fig
 
@@ -414,12 +420,13 @@ def _eager_panel(ax: Any, chosen: Selection, frame: pd.DataFrame, ctx: ReportCon
         ax.legend(loc="best", fontsize="small")
 
 
-def _runtimes_panel(ax: Any, table: pd.DataFrame, frame: pd.DataFrame, ctx: ReportContext) -> None:
+def _runtimes_panel(ax: Any, table: pd.DataFrame, configs: pd.DataFrame, ctx: ReportContext) -> None:
     """variants.parquet at the front's shape: each student variant at its p50 with the ~95%
     interval as a horizontal bar, one series (colour and marker) per runtime; the variant front
     (`pareto` True) joined as the eager front is; the teacher in each runtime as a star of that
     runtime's colour, labelled "teacher · <runtime>". Variants with an error or without a metric
-    or a timing at the front's shape are left out (the Runtimes table lists them)."""
+    or a timing at the front's shape are left out (the Runtimes table lists them). The champion
+    named is the one the registry serves (`served_champion`: among each configuration's best seed)."""
     runtimes = list(dict.fromkeys(str(r) for r in table["runtime"]))
     colors = {r: f"C{i % 10}" for i, r in enumerate(runtimes)}
     markers = {r: RUNTIME_MARKERS[i % len(RUNTIME_MARKERS)] for i, r in enumerate(runtimes)}
@@ -434,7 +441,7 @@ def _runtimes_panel(ax: Any, table: pd.DataFrame, frame: pd.DataFrame, ctx: Repo
     if len(front):
         ax.step(front["latency_ms"], front["metric"], where="post", color="black", linewidth=1, label=VARIANT_FRONT)
         ax.scatter(front["latency_ms"], front["metric"], s=120, facecolors="none", edgecolors="black", zorder=3)
-    champion = variant_champion(table, ctx.selection)
+    champion = served_champion(table, configs, ctx.selection)
     if champion is not None and pd.notna(champion["latency_ms"]) and pd.notna(champion["metric"]):
         ax.annotate(f"champion ({champion['runtime']})", (champion["latency_ms"], champion["metric"]),
                     textcoords="offset points", xytext=(8, 8))
@@ -457,7 +464,7 @@ def _runtimes_panel(ax: Any, table: pd.DataFrame, frame: pd.DataFrame, ctx: Repo
                        *([f"{int(threads.iloc[0])} threads"] if len(threads) else [])])
     shape = str(front_shape.iloc[0]) if len(front_shape) else ctx.selection.latency.front_shape.label
     ax.set_xlabel(f"latency, ms (p50 with its ~95% interval; {shape}, interleaved, {where})")
-    ax.set_title(f"{metric_name_of(frame)} vs latency by runtime (every student timed)")
+    ax.set_title(f"{metric_name_of(table)} vs latency by runtime (every student timed)")
     ax.grid(True, alpha=0.3)
     if ax.get_legend_handles_labels()[0]:
         ax.legend(loc="best", fontsize="small")
@@ -468,10 +475,21 @@ def _runtimes_panel(ax: Any, table: pd.DataFrame, frame: pd.DataFrame, ctx: Repo
 # ----------------------------------------------------------------------------------------------
 
 
+def served_marks(chosen: Selection, ctx: ReportContext) -> Selection:
+    """`chosen` with its ◆ on the configuration the registry serves as champion: with runtime
+    variants that is the served variant's (`served_champion`), and no eager row at all when the
+    alias goes to an int8 export; without variants, the configurations' own champion."""
+    served = served_champion(ctx.variants, chosen.configs, ctx.selection)
+    if served is None:
+        return chosen
+    won = (chosen.configs["best_trial_id"].astype(str) == str(served["trial_id"])) & (served["runtime"] == EAGER)
+    return replace(chosen, configs=chosen.configs.assign(champion=won))
+
+
 def write_report(sweep_dir: Path, frame: pd.DataFrame, ctx: ReportContext, chosen: Selection | None = None) -> ReportFiles:
     """Write report.md, report.html, pareto.png and pareto.csv into `sweep_dir`: the run's own
     folder when there is one (`publish_latest` copies them to the sweep's top level)."""
-    chosen = chosen or select(frame, ctx.selection)
+    chosen = served_marks(chosen or select(frame, ctx.selection), ctx)
     metric_name = metric_name_of(frame)
     sweep_dir.mkdir(parents=True, exist_ok=True)
     files = ReportFiles(sweep_dir / REPORT_MD, sweep_dir / REPORT_HTML, sweep_dir / PARETO_PNG, sweep_dir / PARETO_CSV)

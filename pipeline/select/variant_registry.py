@@ -60,7 +60,7 @@ from pipeline.select.registry import (
     register_config,
     tag_text,
 )
-from pipeline.select.variants import variant_champion, variant_front
+from pipeline.select.variants import served_front, variant_champion
 
 TOKENIZER_FILE = "tokenizer.json"  # a fast tokenizer's whole definition: what the ONNX pyfunc tokenizes with
 DIGEST_TAG = "variant_sha256"  # an ONNX version's file content: a rebuilt, different file is a new version
@@ -107,14 +107,6 @@ def log_onnx_variant(onnx_file: Path, folder: Path, run_id: str, runtime: str, *
             input_example=PAIR_EXAMPLE if pair else SINGLE_EXAMPLE, pip_requirements=onnx_pip_requirements(),
         )
     return info.model_uri
-
-
-def served_front(variants: pd.DataFrame, configs: pd.DataFrame, budget: SelectionConfig | None) -> pd.DataFrame:
-    """The variants of the exports the registry serves (each configuration's `best_trial_id`),
-    their front marked again among themselves under `budget`."""
-    served = set(configs["best_trial_id"].astype(str))
-    rows = variants[variants["trial_id"].astype(str).isin(served)]
-    return variant_front(rows, budget)
 
 
 def variant_tags(base: dict[str, str], row: pd.Series, fp32_metric: float | None) -> dict[str, str]:

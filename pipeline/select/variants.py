@@ -98,6 +98,25 @@ def variant_champion(table: pd.DataFrame, budget: SelectionConfig | None = None)
     return front.choose_champion(on_front, budget, VARIANTS)
 
 
+def served_front(variants: pd.DataFrame, configs: pd.DataFrame, budget: SelectionConfig | None) -> pd.DataFrame:
+    """The variants of the exports the registry serves (each configuration's `best_trial_id`),
+    their front marked again among themselves under `budget`."""
+    served = set(configs["best_trial_id"].astype(str))
+    rows = variants[variants["trial_id"].astype(str).isin(served)]
+    return variant_front(rows, budget)
+
+
+def served_champion(variants: pd.DataFrame | None, configs: pd.DataFrame, budget: SelectionConfig | None = None) -> pd.Series | None:
+    """The variant the registry offers the alias (`variant_registry.register_variant_front`): the
+    champion of the served exports' front. What every table, the report and the plot mark ◆: a
+    weaker seed's variant may score higher than its configuration's best seed's, but it is never
+    served. None when no variant qualifies, or when the sweep timed no runtime beyond eager fp32
+    (no variants job: the configurations' champion, `pareto.select`, is then the registry's)."""
+    if variants is None or not len(variants) or set(variants["runtime"].dropna()) <= {EAGER} or not len(configs):
+        return None
+    return variant_champion(served_front(variants, configs, budget), budget)
+
+
 def dominated_by(table: pd.DataFrame, trial_id: str, runtime: str, budget: SelectionConfig | None = None) -> list[str]:
     """The student variants ("<trial_id>/<runtime>") that dominate this row on the front's rule
     (`dominates`; without `budget.size_objective`, equally accurate within the noise and smaller

@@ -99,3 +99,25 @@ def test_figures_print_with_their_digits_and_a_dash_when_missing():
     assert (fmt_latency(2.0, 2.5), fmt_latency(2.0, None), fmt_latency(None, 2.5)) == ("2.00 / 2.50", "2.00", DASH)
     assert (fmt_speedup(3.456), fmt(None), fmt(0.5, 2)) == ("3.46×", DASH, "0.50")
     assert fmt_diff(0.01, -0.002, 0.022) == ("+0.0100", "[-0.0020, +0.0220]")
+
+
+def test_the_report_names_the_champion_the_registry_serves_when_it_is_an_int8_variant(tmp_path):
+    """With runtime variants the alias goes to the served variants' champion (`served_champion`);
+    the report's champion line and its ◆ marks say so, rather than naming the eager front's most
+    accurate configuration, which the registry does not serve as champion."""
+    from pipeline.config import SelectionConfig
+    from pipeline.select.pareto import select
+    from pipeline.select.report import ReportContext, write_report
+    from tests.unit.cli.test_tables import _timed_frame
+    from tests.unit.select.test_variants import table
+
+    frame = _timed_frame([("kd-a-s0", {"alpha": 0.5}, 0.86, 4.0), ("kd-b-s0", {"alpha": 0.9}, 0.84, 3.0)])
+    variants = table({"kd-a-s0/torch": (0.86, 4.0, 3.8, 4.2), "kd-a-s0/onnxruntime-int8": (0.85, 2.0, 1.9, 2.1),
+                      "kd-b-s0/torch": (0.84, 3.0, 2.9, 3.1), "kd-b-s0/onnxruntime-int8": (0.87, 2.1, 2.0, 2.2)})
+    assert select(frame, SelectionConfig()).champion["config"] == "kd alpha=0.5"  # the eager rule's
+    ctx = ReportContext(sweep="demo", selection=SelectionConfig(), variants=variants)
+    md = write_report(tmp_path, frame, ctx).markdown.read_text()
+    (line,) = [text for text in md.splitlines() if text.startswith("**Champion**")]
+    assert "kd alpha=0.9 in onnxruntime-int8" in line and "0.8700" in line and "2.10" in line and "kd-b-s0" in line
+    section = md.split("## All configurations", 1)[1].split("##", 1)[0]
+    assert [row for row in section.splitlines() if row.startswith("|") and "◆" in row] == []  # no eager row is served as champion

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pandas as pd
 
 from pipeline.config import SelectionConfig
-from pipeline.select.variant_registry import onnx_pip_requirements, served_front, variant_tags
+from pipeline.select.variant_registry import onnx_pip_requirements, variant_tags
+from pipeline.select.variants import served_front
 from tests.conftest import variant, variants_of
 
 BASE = {"trial_id": "kd-s1", "metric": "0.85", "metric_std": "0.01", "metric_n": "3", "latency_device": "Test CPU",
