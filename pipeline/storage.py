@@ -27,6 +27,7 @@ Light on purpose: the per-trial driver imports it (pyarrow.fs is already loaded 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -298,9 +299,26 @@ def check_uri(uri: str) -> str | None:
     return None
 
 
+# The variables a filesystem reads when it is opened (endpoint, credentials, region): a changed
+# one opens the URI anew.
+_SETTINGS_PREFIXES = ("AWS_", "GOOGLE_", "GCS_", "AZURE_", "STORAGE_EMULATOR_HOST")
+
+
 def _filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
     """pyarrow's filesystem for the URI (it reads the standard AWS/GCS variables, e.g.
-    AWS_ENDPOINT_URL for an S3-compatible server), else fsspec's through pyarrow's handler."""
+    AWS_ENDPOINT_URL for an S3-compatible server), else fsspec's through pyarrow's handler.
+
+    Opened once per URI and settings, and kept: opening an S3 filesystem builds an AWS client and
+    asks the bucket's region (a request), and a sweep's driver fetches and pushes a few files
+    per trial; a profile of its store work found a third of it opening (benchmarks/RESULTS.md,
+    "The driver's S3 work"). Arrow's filesystems are safe to share between threads."""
+    settings = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith(_SETTINGS_PREFIXES)))
+    return _opened(uri, settings)
+
+
+@functools.lru_cache(maxsize=64)
+def _opened(uri: str, settings: tuple[tuple[str, str], ...]) -> tuple[pafs.FileSystem, str]:
+    """`_filesystem`'s cache: `settings` is only the key."""
     try:
         fs, path = pafs.FileSystem.from_uri(uri)
         return fs, path.rstrip("/")

@@ -171,3 +171,34 @@ def test_a_fresh_fetch_keeps_what_this_node_wrote_since_its_last_push_unless_ano
     stamp = (root / "mlflow.db").stat().st_mtime_ns
     os.utime(root / "mlflow.db", ns=(stamp + 10**9, stamp + 10**9))  # a later second than A's push, however fast this ran
     assert a.fetch("mlflow.db", fresh=True).read_bytes() == b"runs 1-5, 9"
+
+
+def test_the_store_opens_its_filesystem_once_and_again_when_the_aws_settings_change(s3, tmp_path, monkeypatch):
+    """Opening an S3 filesystem builds an AWS client and resolves the bucket's region (a request):
+    a sweep's driver fetches and pushes a few files per trial, and opening anew for each was
+    about a third of its store work in a profile (benchmarks/RESULTS.md). One per URI and AWS
+    settings; a changed endpoint (another server) opens anew rather than talking to the old one."""
+    import types
+
+    import pipeline.storage
+
+    opened: list[str] = []
+
+    class CountingArrow(types.ModuleType):  # pyarrow.fs, its opening of a URI counted (its classes cannot be patched)
+        def __getattr__(self, name):
+            return getattr(pafs, name)
+
+    counting = CountingArrow("pyarrow.fs")
+    counting.FileSystem = types.SimpleNamespace(from_uri=lambda uri: (opened.append(uri), pafs.FileSystem.from_uri(uri))[1])
+    monkeypatch.setattr(pipeline.storage, "pafs", counting)
+    store = WorkStore.open(f"{s3}/scale")
+    for i in range(3):
+        store.path(f"f{i}.txt").parent.mkdir(parents=True, exist_ok=True)
+        store.path(f"f{i}.txt").write_text(str(i))
+        store.push(f"f{i}.txt")
+        assert store.fetch(f"f{i}.txt", fresh=True).read_text() == str(i)
+    assert opened == [f"{s3}/scale"]
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")  # nothing listens there
+    with pytest.raises(OSError):
+        store.push("f0.txt")
+    assert opened == [f"{s3}/scale"] * 2
