@@ -37,7 +37,7 @@ from pipeline.search.space import Trial, expand_trials
 from pipeline.search.state import end_run, open_run, run_revisions, run_storage, saved_bf16, start_run
 from pipeline.search.teacher import teacher_stage
 from pipeline.search.trainer import TrainResources
-from pipeline.search.tuner import close_progress, make_tuner
+from pipeline.search.tuner import close_progress, make_tuner, without_tune_logger_files
 from pipeline.select.stage import select_stage
 from pipeline.storage import WorkStore
 from pipeline.tracking import TRACKING_DB, SweepTracker, uses_default_store
@@ -140,7 +140,7 @@ def fit(tuner: Tuner, recorder: SweepRecorder, spec: SweepSpec, run_id: str, log
     """Tune's search; on SIGINT or SIGTERM it stops as interrupted (`pipeline.search.interrupt`):
     Tune has saved its state with the running trials unfinished, and no selection follows."""
     try:
-        with graceful_stop(log) as stopped:
+        with graceful_stop(log) as stopped, without_tune_logger_files():
             grid = tuner.fit()
         if stopped.signal:
             raise SweepInterrupted(interrupted_message(spec, run_id, stopped.signal, recorder.interrupted()))

@@ -12,7 +12,10 @@ while it runs (`pipeline.search.trial_table`).
 from __future__ import annotations
 
 import atexit
-from collections.abc import Callable, Sequence
+import contextlib
+import logging
+import os
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from ray import tune
@@ -33,6 +36,46 @@ from pipeline.training.step_bar import logger as progress_log
 # training a trial has done (pipeline.training.loop). Every method's trials meet at the same
 # rungs, however their phases are cut (MiniLM's unlabeled distillation, a max_steps cap).
 TIME_ATTR = "progress"
+
+
+# Tune's own switch (documented in Ray's environment-variable reference) for the JSON, CSV and
+# TensorBoard logger callbacks it adds when none is given.
+NO_TUNE_LOGGERS = "TUNE_DISABLE_AUTO_CALLBACK_LOGGERS"
+_ANALYSIS_LOGGER = "ray.tune.analysis.experiment_analysis"
+
+
+class _NoMissingMetricFiles(logging.Filter):
+    """Drops Tune's end-of-fit warning that it found no result.json or progress.csv to read back
+    (one line per trial): without its loggers there is none, by design."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Failed to fetch metrics for")
+
+
+@contextlib.contextmanager
+def without_tune_logger_files() -> Iterator[None]:
+    """Around `Tuner.fit()`: Tune writes no result.json, progress.csv, params or TensorBoard
+    events per trial into its experiment folder.
+
+    Why: the sweep's driver uploads that whole folder to the storage path at every experiment
+    checkpoint (every 10 s at first), file by file, whatever changed, so with these five files a
+    trial its upload work grew with the trials done and a sweep's with their square; on S3 the
+    driver's CPU per trial rose 2.8× from 10 to 50 trials (benchmarks/RESULTS.md, "The driver's S3
+    work"). drydock needs none of them: a trial's figures are in the results table and MLflow,
+    and a resumed Tuner reads the experiment state, which stays. Restored after, as is the filter
+    on Tune's warning about the missing files; another value the caller set is left alone."""
+    previous = os.environ.get(NO_TUNE_LOGGERS)
+    os.environ[NO_TUNE_LOGGERS] = "1"
+    quiet = _NoMissingMetricFiles()
+    logging.getLogger(_ANALYSIS_LOGGER).addFilter(quiet)
+    try:
+        yield
+    finally:
+        logging.getLogger(_ANALYSIS_LOGGER).removeFilter(quiet)
+        if previous is None:
+            os.environ.pop(NO_TUNE_LOGGERS, None)
+        else:
+            os.environ[NO_TUNE_LOGGERS] = previous
 
 
 def scheduler(spec: SweepSpec, metric_key: str) -> TrialScheduler:

@@ -90,6 +90,12 @@ def test_smoke_sweep_on_a_cluster_without_a_shared_filesystem(s3, tmp_path, monk
         assert name in files, name
     assert any(f.startswith("teachers/") and f.endswith("/model.safetensors") for f in files)
     assert any(f.startswith("mlartifacts/") and f.endswith("model.safetensors") for f in files)  # registered students
+    # Tune's state is in the bucket, its per-trial logger files are not: the driver re-uploads its
+    # whole experiment folder at every experiment checkpoint (pipeline.search.tuner.without_tune_logger_files)
+    tune_files = [f for f in files if "/tune/" in f]
+    assert any(f.rsplit("/", 1)[-1].startswith("experiment_state-") for f in tune_files), tune_files
+    assert not [f for f in tune_files if f.rsplit("/", 1)[-1] in {"result.json", "progress.csv", "params.json", "params.pkl"}
+                or "events.out.tfevents" in f]
     assert list(cwd.iterdir()) == []  # nothing under the current folder
 
     # 2. each trial ran on its own worker node, from that node's own copies (fetched from the bucket)

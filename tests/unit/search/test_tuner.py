@@ -95,3 +95,23 @@ def test_quiet_shows_nothing_and_tuner_pkl_holds_a_stand_in(capsys):
     assert progress.mode == "off" and capsys.readouterr().out == ""
     restored = pickle.loads(pickle.dumps(progress))
     assert type(restored) is tune.Callback  # a live display is attached again on restore, never unpickled
+
+
+def test_tune_logger_files_are_off_inside_the_fit_only_and_the_callers_value_comes_back(monkeypatch):
+    import logging
+    import os
+
+    from pipeline.search.tuner import NO_TUNE_LOGGERS, without_tune_logger_files
+
+    monkeypatch.delenv(NO_TUNE_LOGGERS, raising=False)
+    analysis = logging.getLogger("ray.tune.analysis.experiment_analysis")
+    missing = logging.LogRecord(analysis.name, logging.WARNING, __file__, 1, "Failed to fetch metrics for 2 trial(s):", None, None)
+    other = logging.LogRecord(analysis.name, logging.WARNING, __file__, 1, "something else", None, None)
+    with without_tune_logger_files():
+        assert os.environ[NO_TUNE_LOGGERS] == "1"
+        assert not all(f.filter(missing) for f in analysis.filters) and all(f.filter(other) for f in analysis.filters)
+    assert NO_TUNE_LOGGERS not in os.environ and analysis.filters == []
+    monkeypatch.setenv(NO_TUNE_LOGGERS, "0")
+    with without_tune_logger_files():
+        pass
+    assert os.environ[NO_TUNE_LOGGERS] == "0"
