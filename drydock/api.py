@@ -163,6 +163,7 @@ def sweep_result(spec: SweepSpec, store: WorkStore, frame: pd.DataFrame) -> Swee
     from pipeline.measure.table import read_variants, variants_path
     from pipeline.select.champion import CHAMPION
     from pipeline.select.pareto import select
+    from pipeline.select.report import ReportContext, served_marks
     from pipeline.tracking import tracking_uri
     from pipeline.workdir import PARETO_PNG, REPORT_MD, RESULTS_FILE
 
@@ -171,8 +172,9 @@ def sweep_result(spec: SweepSpec, store: WorkStore, frame: pd.DataFrame) -> Swee
         version = champion_of(uri, spec.registered_model_name)
     except Exception:  # noqa: BLE001 - the sweep is done: a registry that fails to answer now only loses the version
         version = None
-    front = select(frame, spec.selection).front
     variants = read_variants(variants_path(store.path(spec.name)))  # this node's copy: the select stage ran here
+    # its `champion` column marks the alias's candidate, as the printed table does (`served_marks`)
+    front = served_marks(select(frame, spec.selection), ReportContext(sweep=spec.name, selection=spec.selection, variants=variants)).front
     runtimes = runtimes_table_text(variants, frame, spec.selection)
     return SweepResult(
         name=spec.name, results=frame, front=front,

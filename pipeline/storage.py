@@ -27,6 +27,7 @@ Light on purpose: the per-trial driver imports it (pyarrow.fs is already loaded 
 
 from __future__ import annotations
 
+import atexit
 import functools
 import hashlib
 import json
@@ -331,3 +332,9 @@ def _opened(uri: str, settings: tuple[tuple[str, str], ...]) -> tuple[pafs.FileS
             return PyFileSystem(FSSpecHandler(fs)), paths[0].rstrip("/")
         except Exception as e:  # noqa: BLE001
             raise DrydockError(f"--workdir: cannot open {uri}: {str(arrow_error).strip() or e}") from None
+
+
+# Dropped before pyarrow's own exit handler (registered when pyarrow.fs was imported, above, so it
+# runs after this one): an S3 filesystem still alive then can keep the interpreter from exiting
+# (docs/stack-facts.md, "Work locations").
+atexit.register(_opened.cache_clear)

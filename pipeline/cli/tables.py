@@ -47,13 +47,13 @@ def pareto_table_text(frame: pd.DataFrame, selection: SelectionConfig | None = N
     """The Pareto members as a terminal table (rich; plain text when piped) — what `make demo`
     prints last. Without `selection`, the members are the rows the select stage marked in the
     `pareto` column (so a spec's size objective is honoured) and no champion is shown; with it,
-    selection is recomputed under that spec's rules and the champion is marked: the one the
-    registry serves. With runtime variants (variants.parquet beyond eager) that is the served
-    variants' champion (`served_champion`), which may be another configuration's int8 export than
-    this eager table's most accurate row, so the line names its runtime and the ◆ goes on a row
-    only when the served champion is that configuration in eager fp32."""
+    selection is recomputed under that spec's rules and the champion is marked: the alias's
+    candidate. With variants (variants.parquet) that is the served variants' champion
+    (`served_champion`), which may be another configuration's int8 export than this eager
+    table's most accurate row, so the line names its runtime and the ◆ goes on a row only when
+    the candidate is that configuration in eager fp32; none when no variant qualifies."""
     from pipeline.config import SelectionConfig
-    from pipeline.select.variants import served_champion
+    from pipeline.select.variants import beyond_eager, has_variants, served_champion
 
     chosen = select(frame, selection or SelectionConfig())
     front = chosen.front
@@ -70,10 +70,11 @@ def pareto_table_text(frame: pd.DataFrame, selection: SelectionConfig | None = N
     table = Table(title=f"Pareto front ({metric_name} ↑, latency ↓)")
     for column in ["configuration", f"{metric_name} (mean ± std)", "latency ms (p50 / p90)", "speedup", "params", "best seed"]:
         table.add_column(column, justify="left" if column in ("configuration", "best seed") else "right")
-    served = served_champion(variants, chosen.configs, selection) if selection is not None and variants is not None else None
+    by_variants = selection is not None and has_variants(variants)
+    served = served_champion(variants, chosen.configs, selection) if by_variants else None
     for _, c in front.iterrows():
-        if served is not None:
-            won = str(c["best_trial_id"]) == str(served["trial_id"]) and served["runtime"] == EAGER_RUNTIME
+        if by_variants:
+            won = served is not None and str(c["best_trial_id"]) == str(served["trial_id"]) and served["runtime"] == EAGER_RUNTIME
         else:
             won = selection is not None and bool(c.get("champion"))
         table.add_row(c["config"] + (" ◆" if won else ""), fmt_mean_std(c["metric_mean"], c["metric_std"], int(c["n"])),
@@ -82,7 +83,9 @@ def pareto_table_text(frame: pd.DataFrame, selection: SelectionConfig | None = N
     console.print(table)
     if served is not None:
         name = chosen.configs.set_index("best_trial_id")["config"].get(str(served["trial_id"]), str(served["trial_id"]))
-        console.print(f"◆ champion: {name} in {served['runtime']} (the runtimes table below)")
+        console.print(f"◆ champion: {name} in {served['runtime']}" + (" (the runtimes table below)" if beyond_eager(variants) else ""))
+    elif by_variants:
+        console.print("◆ champion: none (no variant of a served export qualifies; the alias stays where it was)")
     elif selection is not None and chosen.champion is not None:
         console.print(f"◆ champion: {chosen.champion['config']}")
     return out.getvalue()

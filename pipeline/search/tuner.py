@@ -58,12 +58,13 @@ def without_tune_logger_files() -> Iterator[None]:
     events per trial into its experiment folder.
 
     Why: the sweep's driver uploads that whole folder to the storage path at every experiment
-    checkpoint (every 10 s at first), file by file, whatever changed, so with these five files a
-    trial its upload work grew with the trials done and a sweep's with their square; on S3 the
-    driver's CPU per trial rose 2.8× from 10 to 50 trials (benchmarks/RESULTS.md, "The driver's S3
-    work"). drydock needs none of them: a trial's figures are in the results table and MLflow,
-    and a resumed Tuner reads the experiment state, which stays. Restored after, as is the filter
-    on Tune's warning about the missing files; another value the caller set is left alone."""
+    checkpoint (every 10 s at first), every file every time, so five files a trial made the
+    upload grow with the trials done and a sweep's upload work with their square; on S3 it was
+    the largest single part of the driver's search-stage samples in a profile
+    (benchmarks/RESULTS.md, "The driver's S3 work"; docs/stack-facts.md, "Work locations"). drydock reads none of them: a trial's figures are in
+    the results table and MLflow, and a restored Tuner reads the experiment state, which stays.
+    The caller's value of the variable, and Tune's warning about the missing files (filtered
+    out meanwhile), come back after."""
     previous = os.environ.get(NO_TUNE_LOGGERS)
     os.environ[NO_TUNE_LOGGERS] = "1"
     quiet = _NoMissingMetricFiles()

@@ -42,7 +42,7 @@ from pipeline.measure.table import read_variants, shape_column, table_shapes, va
 from pipeline.select.champion import champion_rule
 from pipeline.select.pareto import Selection, best_per_method, select
 from pipeline.select.search_section import search_section, section_html, section_markdown
-from pipeline.select.variants import INT8, dominated_by, served_champion, stack_summary
+from pipeline.select.variants import INT8, dominated_by, has_variants, served_champion, stack_summary
 from pipeline.workdir import LATENCY_FILE, PARETO_CSV, PARETO_PNG, REPORT_HTML, REPORT_MD, SPEC_FILE, atomic_path, current_run_dir
 
 DASH = "–"
@@ -249,6 +249,8 @@ def latency_line(ctx: ReportContext) -> str:
 def champion_line(chosen: Selection, ctx: ReportContext) -> str:
     rule = champion_rule(ctx.selection)
     served = served_champion(ctx.variants, chosen.configs, ctx.selection)
+    if has_variants(ctx.variants) and served is None:
+        return f"**Champion** ({rule}, over runtimes): none — no variant of a served export qualifies; the alias stays where it was."
     if served is not None:  # the alias goes to a variant: its own figures, measured in its runtime
         name = chosen.configs.set_index("best_trial_id")["config"].get(str(served["trial_id"]), str(served["trial_id"]))
         return (f"**Champion** ({rule}, over runtimes): {name} in {served['runtime']} — {fmt(served['metric'])} (this export), "
@@ -476,12 +478,14 @@ def _runtimes_panel(ax: Any, table: pd.DataFrame, configs: pd.DataFrame, ctx: Re
 
 
 def served_marks(chosen: Selection, ctx: ReportContext) -> Selection:
-    """`chosen` with its ◆ on the configuration the registry serves as champion: with runtime
-    variants that is the served variant's (`served_champion`), and no eager row at all when the
-    alias goes to an int8 export; without variants, the configurations' own champion."""
+    """`chosen` with its ◆ on the alias's candidate: with variants, the served variant's
+    configuration (`served_champion`) when that variant is eager fp32, and no row when it is an
+    int8 export or no variant qualifies; without variants, the configurations' own champion."""
+    if not has_variants(ctx.variants):
+        return chosen
     served = served_champion(ctx.variants, chosen.configs, ctx.selection)
     if served is None:
-        return chosen
+        return replace(chosen, configs=chosen.configs.assign(champion=False))
     won = (chosen.configs["best_trial_id"].astype(str) == str(served["trial_id"])) & (served["runtime"] == EAGER)
     return replace(chosen, configs=chosen.configs.assign(champion=won))
 

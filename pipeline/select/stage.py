@@ -68,7 +68,7 @@ from pipeline.select.pareto import Selection, latency_plan, select, served_by
 from pipeline.select.registry import Rescore, register_front
 from pipeline.select.report import ReportContext, ReportFiles, current_run_dir, publish_latest, write_report
 from pipeline.select.variant_registry import VariantFront
-from pipeline.select.variants import variant_rows
+from pipeline.select.variants import has_variants, served_champion, variant_rows
 from pipeline.storage import WorkStore
 from pipeline.tracking import SweepTracker
 
@@ -252,7 +252,10 @@ def publish(sweep_dir: Path, run_dir: Path | None, out_dir: Path, frame: pd.Data
     teacher = context.teacher
     if teacher is not None:
         summary.update({"teacher/latency_ms": teacher.p50_ms, "teacher/latency_p90_ms": teacher.p90_ms})
-    if chosen.champion is not None:
+    served = served_champion(context.variants, chosen.configs, context.selection)
+    if served is not None:  # the alias's candidate is a variant: its own dev score and timing
+        summary.update({"champion/metric": float(served["metric"]), "champion/latency_ms": float(served["latency_ms"])})
+    elif chosen.champion is not None and not has_variants(context.variants):
         summary.update({"champion/metric": float(chosen.champion["metric_mean"]), "champion/latency_ms": float(chosen.champion["best_latency_ms"])})
     tracker.log_parent(metrics=summary)
     shown = lambda p: _kept_at(p, store)  # where they will be kept

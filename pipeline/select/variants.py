@@ -106,15 +106,28 @@ def served_front(variants: pd.DataFrame, configs: pd.DataFrame, budget: Selectio
     return variant_front(rows, budget)
 
 
+def has_variants(variants: pd.DataFrame | None) -> bool:
+    """Whether the select stage ran the variants job (several runtimes, or several shapes in
+    eager fp32 alone): the registry then offers the alias to `served_champion`, and to no
+    configuration when that is None."""
+    return variants is not None and len(variants) > 0
+
+
+def beyond_eager(variants: pd.DataFrame | None) -> bool:
+    """Whether any runtime other than eager fp32 was timed: the command prints a runtimes table."""
+    return has_variants(variants) and not set(variants["runtime"].dropna()) <= {EAGER}  # type: ignore[index]
+
+
 def served_champion(variants: pd.DataFrame | None, configs: pd.DataFrame, budget: SelectionConfig | None = None) -> pd.Series | None:
-    """The variant the registry offers the alias (`variant_registry.register_variant_front`): the
-    champion of the served exports' front. What every table, the report and the plot mark ◆: a
-    weaker seed's variant may score higher than its configuration's best seed's, but it is never
-    served. None when no variant qualifies, or when the sweep timed no runtime beyond eager fp32
-    (no variants job: the configurations' champion, `pareto.select`, is then the registry's)."""
-    if variants is None or not len(variants) or set(variants["runtime"].dropna()) <= {EAGER} or not len(configs):
+    """The variant the registry offers the alias to (`variant_registry.register_variant_front`),
+    the alias's candidate: the champion of the served exports' front. What every table, the
+    report and the plot mark ◆: a weaker seed's variant may score higher than its
+    configuration's best seed's, but it is never served. None when no variant qualifies, or
+    without variants (`has_variants`: the configurations' champion, `pareto.select`, is then
+    the candidate)."""
+    if not has_variants(variants) or not len(configs):
         return None
-    return variant_champion(served_front(variants, configs, budget), budget)
+    return variant_champion(served_front(variants, configs, budget), budget)  # type: ignore[arg-type]
 
 
 def dominated_by(table: pd.DataFrame, trial_id: str, runtime: str, budget: SelectionConfig | None = None) -> list[str]:

@@ -92,3 +92,26 @@ def test_the_runtimes_table_marks_a_served_export_never_another_seed():
     # the served seed's front: fp32 the most accurate (◆), int8 the fastest; seed 1 is not served
     assert rows[("0.8600", "torch")] == "★ ◆" and rows[("0.8500", "onnxruntime-int8")] == "★"
     assert rows[("0.8800", "onnxruntime-int8")] == "" and rows[("0.8200", "torch")] == ""
+
+
+def test_with_eager_variants_only_the_champion_is_the_served_best_seed_and_none_when_no_variant_qualifies():
+    """Several shapes in eager fp32 alone still run the variants job, and the registry then offers
+    the alias to the served variants' champion (each configuration's best seed, by its own score),
+    not to the configurations' champion by seed means; variants none of which qualifies leave
+    the alias where it is, and the table says so instead of marking the eager rule's pick."""
+    from math import nan
+
+    from pipeline.cli.tables import pareto_table_text
+    from pipeline.config import SelectionConfig
+    from tests.unit.select.test_variants import table
+
+    frame = _timed_frame([("kd-a-s0", {"alpha": 0.5}, 0.86, 4.0), ("kd-a-s1", {"alpha": 0.5}, 0.70, 4.0),
+                          ("kd-b-s0", {"alpha": 0.9}, 0.80, 4.0), ("kd-b-s1", {"alpha": 0.9}, 0.80, 4.0)])
+    assert "◆ champion: kd alpha=0.9" in pareto_table_text(frame, SelectionConfig())  # by seed means
+    eager = table({"kd-a-s0/torch": (0.86, 4.0, 3.8, 4.2), "kd-b-s0/torch": (0.80, 4.0, 3.8, 4.2)})
+    eager = eager[eager["runtime"] == "torch"]  # the teacher's int8 row too: nothing beyond eager fp32
+    text = pareto_table_text(frame, SelectionConfig(), eager)
+    assert "◆ champion: kd alpha=0.5 in torch\n" in text and "kd alpha=0.9 ◆" not in text  # no runtimes table: no pointer to one
+    unscored = table({"kd-a-s0/torch": (nan, 4.0, 3.8, 4.2), "kd-b-s0/torch": (nan, 4.0, 3.8, 4.2)})
+    text = pareto_table_text(frame, SelectionConfig(), unscored)
+    assert "◆ champion: none" in text and "◆\n" not in text and " ◆ " not in text
