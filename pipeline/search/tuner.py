@@ -61,10 +61,10 @@ def without_tune_logger_files() -> Iterator[None]:
     checkpoint (every 10 s at first), every file every time, so five files a trial made the
     upload grow with the trials done and a sweep's upload work with their square; on S3 it was
     the largest single part of the driver's search-stage samples in a profile
-    (benchmarks/RESULTS.md, "The driver's S3 work"; docs/stack-facts.md, "Work locations"). drydock reads none of them: a trial's figures are in
-    the results table and MLflow, and a restored Tuner reads the experiment state, which stays.
-    The caller's value of the variable, and Tune's warning about the missing files (filtered
-    out meanwhile), come back after."""
+    (benchmarks/RESULTS.md, "The driver's S3 work"; docs/stack-facts.md, "Work locations").
+    drydock reads none of them: a trial's figures are in the results table and MLflow, and a
+    restored Tuner reads the experiment state, which stays. The caller's value of the variable,
+    and Tune's warning about the missing files (filtered out meanwhile), come back after."""
     previous = os.environ.get(NO_TUNE_LOGGERS)
     os.environ[NO_TUNE_LOGGERS] = "1"
     quiet = _NoMissingMetricFiles()
