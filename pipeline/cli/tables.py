@@ -53,9 +53,12 @@ def pareto_table_text(frame: pd.DataFrame, selection: SelectionConfig | None = N
     table's most accurate row, so the line names its runtime and the ◆ goes on a row only when
     the candidate is that configuration in eager fp32; none when no variant qualifies."""
     from pipeline.config import SelectionConfig
+    from pipeline.select.report import ReportContext, config_name, served_marks
     from pipeline.select.variants import beyond_eager, has_variants, served_champion
 
     chosen = select(frame, selection or SelectionConfig())
+    if selection is not None:  # the ◆ on the alias's candidate, as the report marks it
+        chosen = served_marks(chosen, ReportContext(sweep="", selection=selection, variants=variants))
     front = chosen.front
     if selection is None and len(frame) and frame["pareto"].notna().any():
         marked = frame[frame["pareto"].fillna(False).astype(bool)]
@@ -70,22 +73,19 @@ def pareto_table_text(frame: pd.DataFrame, selection: SelectionConfig | None = N
     table = Table(title=f"Pareto front ({metric_name} ↑, latency ↓)")
     for column in ["configuration", f"{metric_name} (mean ± std)", "latency ms (p50 / p90)", "speedup", "params", "best seed"]:
         table.add_column(column, justify="left" if column in ("configuration", "best seed") else "right")
-    by_variants = selection is not None and has_variants(variants)
-    served = served_champion(variants, chosen.configs, selection) if by_variants else None
     for _, c in front.iterrows():
-        if by_variants:
-            won = served is not None and str(c["best_trial_id"]) == str(served["trial_id"]) and served["runtime"] == EAGER_RUNTIME
-        else:
-            won = selection is not None and bool(c.get("champion"))
-        table.add_row(c["config"] + (" ◆" if won else ""), fmt_mean_std(c["metric_mean"], c["metric_std"], int(c["n"])),
+        mark = " ◆" if selection is not None and c.get("champion") else ""
+        table.add_row(c["config"] + mark, fmt_mean_std(c["metric_mean"], c["metric_std"], int(c["n"])),
                       fmt_latency(c["latency_ms"], c["latency_p90_ms"]), fmt_speedup(c["speedup"]),
                       fmt_params(c["num_params"]), c["best_trial_id"])
     console.print(table)
-    if served is not None:
-        name = chosen.configs.set_index("best_trial_id")["config"].get(str(served["trial_id"]), str(served["trial_id"]))
-        console.print(f"◆ champion: {name} in {served['runtime']}" + (" (the runtimes table below)" if beyond_eager(variants) else ""))
-    elif by_variants:
-        console.print("◆ champion: none (no variant of a served export qualifies; the alias stays where it was)")
+    if selection is not None and has_variants(variants):
+        served = served_champion(variants, chosen.configs, selection)
+        if served is None:
+            console.print("◆ champion: none (no variant of a served export qualifies; the alias stays where it was)")
+        else:
+            console.print(f"◆ champion: {config_name(chosen.configs, served['trial_id'])} in {served['runtime']}"
+                          + (" (the runtimes table below)" if beyond_eager(variants) else ""))
     elif selection is not None and chosen.champion is not None:
         console.print(f"◆ champion: {chosen.champion['config']}")
     return out.getvalue()
@@ -99,9 +99,9 @@ def runtimes_table_text(variants: pd.DataFrame, frame: pd.DataFrame, selection: 
     alias's candidate. A weaker seed's row is shown, never marked: it is not served. Empty when
     the sweep built no runtime variant."""
     from pipeline.measure.job import TEACHER
-    from pipeline.select.variants import served_front, variant_champion
+    from pipeline.select.variants import beyond_eager, served_front, variant_champion
 
-    if not len(variants) or set(variants["runtime"].dropna()) <= {EAGER_RUNTIME}:
+    if not beyond_eager(variants):
         return ""
     configs = select(frame, selection).configs if len(frame) else pd.DataFrame(columns=["config_key", "config"])
     named = dict(zip(configs["config_key"], configs["config"]))  # the front table's names (`kd alpha=0.9`)

@@ -252,8 +252,7 @@ def champion_line(chosen: Selection, ctx: ReportContext) -> str:
     if has_variants(ctx.variants) and served is None:
         return f"**Champion** ({rule}, over runtimes): none — no variant of a served export qualifies; the alias stays where it was."
     if served is not None:  # the alias goes to a variant: its own figures, measured in its runtime
-        name = chosen.configs.set_index("best_trial_id")["config"].get(str(served["trial_id"]), str(served["trial_id"]))
-        return (f"**Champion** ({rule}, over runtimes): {name} in {served['runtime']} — {fmt(served['metric'])} (this export), "
+        return (f"**Champion** ({rule}, over runtimes): {config_name(chosen.configs, served['trial_id'])} in {served['runtime']} — {fmt(served['metric'])} (this export), "
                 f"{fmt(served['latency_ms'], 2)} ms p50, {fmt_speedup(served['speedup'])} over the teacher in eager fp32; "
                 f"registered seed {served['trial_id']} (the Runtimes section)")
     if chosen.champion is None:
@@ -475,6 +474,12 @@ def _runtimes_panel(ax: Any, table: pd.DataFrame, configs: pd.DataFrame, ctx: Re
 # ----------------------------------------------------------------------------------------------
 # the report
 # ----------------------------------------------------------------------------------------------
+
+
+def config_name(configs: pd.DataFrame, trial_id: object) -> str:
+    """The configuration's name (`kd alpha=0.9`) whose served export is `trial_id`; the id itself
+    when no configuration serves it."""
+    return str(configs.set_index("best_trial_id")["config"].get(str(trial_id), str(trial_id)))
 
 
 def served_marks(chosen: Selection, ctx: ReportContext) -> Selection:
