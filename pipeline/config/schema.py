@@ -378,6 +378,11 @@ class TrainConfig(_Model):
     grad_accumulation: PositiveInt = 1
     eval_every: PositiveInt | None = None  # steps; None: at the end of every epoch
     bf16: Literal["auto", "on", "off"] = "auto"  # auto: bf16 autocast on a GPU with bf16 in hardware (8.0+)
+    # Micro-batches of rows of similar length (Hugging Face's `group_by_length`; the teacher's
+    # fine-tuning too): each pads to about its own rows' length instead of the longest of random
+    # rows, 2-3x fewer tokens on short-sentence tasks (pipeline.training.batches.EpochSampler).
+    # Off by default: the batches are then the papers' random ones.
+    group_by_length: Annotated[bool, ADDED_LATER] = False
     progress_bar: bool = True
     # Checkpoints of one trial kept on disk, the latest always among them. 1: every checkpoint
     # also holds the best evaluation's state, so resuming and the best export only ever need the

@@ -72,7 +72,7 @@ import numpy as np
 from pipeline.errors import DrydockError
 from pipeline.measure.runtimes import HALF_RUNTIMES, NAMES, ONNX_RUNTIMES, ORT, ORT_INT8, RUNTIMES, TOLERANCES, TORCH, TORCH_DTYPES
 from pipeline.prepare.metrics import compute_metrics
-from pipeline.prepare.padding import pad_batch
+from pipeline.prepare.padding import pad_batch, row_lengths
 from pipeline.prepare.remote_code import file_sha256, remote_code
 from pipeline.workdir import atomic_path
 
@@ -500,9 +500,18 @@ def _rows(chunk: Any) -> list[Mapping[str, Any]]:
 
 def predict_logits(runner: Callable[[Mapping[str, Any]], np.ndarray], rows: Any, batch_size: int = 32, pad_id: int = 0) -> np.ndarray:
     """Logits for every tokenized row (a list of {input_ids[, token_type_ids]} mappings, or a
-    tokenized `datasets.Dataset`), in order, `batch_size` rows at a time."""
-    outputs = [runner(pad_batch(_rows(rows[start : start + batch_size]), pad_id)) for start in range(0, len(rows), batch_size)]
-    return np.concatenate(outputs) if outputs else np.zeros((0, 0), dtype=np.float32)
+    tokenized `datasets.Dataset`), in order, `batch_size` rows at a time. The batches take the
+    rows by length, as the training loop's evaluation does (`pipeline.training.evaluation`), so
+    each pads to about its own rows' length; a dynamically quantized runtime's figures depend a
+    little on which rows share a batch, and these are the batches it is scored on."""
+    if not len(rows):
+        return np.zeros((0, 0), dtype=np.float32)
+    by_length = np.argsort(np.asarray(row_lengths(rows)), kind="stable")
+    take = (lambda picks: [rows[i] for i in picks]) if isinstance(rows, list) else (lambda picks: _rows(rows[picks]))
+    outputs = [runner(pad_batch(take(by_length[start : start + batch_size].tolist()), pad_id)) for start in range(0, len(rows), batch_size)]
+    in_order = np.empty_like(by_length)
+    in_order[by_length] = np.arange(len(by_length))
+    return np.concatenate(outputs)[in_order]
 
 
 def evaluate_variant(

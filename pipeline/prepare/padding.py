@@ -29,3 +29,13 @@ def pad_batch(rows: Sequence[Mapping[str, Any]], pad_id: int = 0) -> dict[str, n
         if row.get("token_type_ids") is not None:
             token_type_ids[i, :k] = row["token_type_ids"]
     return {"input_ids": input_ids, "attention_mask": attention_mask, "token_type_ids": token_type_ids}
+
+
+def row_lengths(rows: Any) -> list[int]:
+    """Every row's token count: of a list of rows, or of a tokenized `datasets.Dataset`, from its
+    Arrow column (shuffled or selected rows included) without decoding a row into Python."""
+    if isinstance(rows, Sequence):
+        return [len(row["input_ids"]) for row in rows]
+    import pyarrow.compute as pc
+
+    return pc.list_value_length(rows.with_format("arrow")["input_ids"]).to_pylist()

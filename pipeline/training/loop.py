@@ -258,9 +258,10 @@ class TrainingRun:
         # before phases(): a method that loads another trial's work plans its producing phases with 0 steps
         self.shared = SharedWorkCache.open(method, shared_root, shared_scope, dist)
         plan = method.phases(total_steps(train, len(train_set)))
-        self.streams["train"] = BatchStream(train_set, self.micro_batch, seed, dist, self.pad_id)
+        grouped = train.group_by_length
+        self.streams["train"] = BatchStream(train_set, self.micro_batch, seed, dist, self.pad_id, grouped)
         if unlabeled_set is not None:
-            self.streams["unlabeled"] = BatchStream(unlabeled_set, self.micro_batch, seed + 1, dist, self.pad_id)
+            self.streams["unlabeled"] = BatchStream(unlabeled_set, self.micro_batch, seed + 1, dist, self.pad_id, grouped)
         self.eval_every = train.eval_every or method.ctx.steps_per_epoch
         self.planned = sum(p.steps for p in plan)
         # The schedulers' time axis (`progress`) counts steps on the labeled training data only:

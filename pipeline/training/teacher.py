@@ -72,6 +72,8 @@ def teacher_key(spec: SweepSpec, prepared: Prepared) -> str:
     # the teacher also trains with these of spec.train (teacher_train_config)
     if spec.train.max_grad_norm != TrainConfig.model_fields["max_grad_norm"].default:
         content["max_grad_norm"] = spec.train.max_grad_norm
+    if spec.train.group_by_length:
+        content["group_by_length"] = True
     r = spec.resources
     # bf16 wherever `on` says so (a sweep has decided `auto` for its GPU workers by now:
     # ray_instance.resolve_bf16); `auto` left, on the GPU workers (engine._use_bf16)

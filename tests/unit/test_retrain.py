@@ -61,6 +61,11 @@ def test_a_teacher_is_fingerprinted_by_its_files_and_training_settings_not_its_p
     plain = fingerprints(load_spec(smoke), tmp_path)["teacher"]
     assert fingerprints(load_spec(smoke, ["train.max_grad_norm=1.0"]), tmp_path)["teacher"] == plain
     assert fingerprints(load_spec(smoke, ["train.max_grad_norm=0.5"]), tmp_path)["teacher"] != plain
+    # and with train.group_by_length: off (its default), the key and the spec's are the old ones
+    off = fingerprints(load_spec(smoke, ["train.group_by_length=false"]), tmp_path)
+    on = fingerprints(load_spec(smoke, ["train.group_by_length=true"]), tmp_path)
+    assert off["teacher"] == plain and on["teacher"] != plain
+    assert off["spec"] == fingerprints(load_spec(smoke), tmp_path)["spec"] != on["spec"]
 
 
 def test_where_the_data_lies_is_not_a_change(tmp_path, glue_dir):
@@ -97,6 +102,7 @@ def test_the_runtime_variants_fields_at_their_defaults_keep_a_specs_fingerprint(
     for where in ("resources", "tracking"):
         before.pop(where)
     before["train"].pop("keep_checkpoints")
+    before["train"].pop("group_by_length")  # came later too, at its default
     before["task"].pop("glue_dir", None)
     before["teacher"].pop("finetuned", None)
     before["teacher"].pop("revision", None)

@@ -217,3 +217,19 @@ def test_evaluate_variant_scores_torch_and_onnxruntime_alike(tiny, tiny_onnx, ti
         evaluate_variant(onnx, rows, labels[:7], ["accuracy"], False)
     with pytest.raises(DrydockError, match="no rows"):
         evaluate_variant(onnx, [], [], ["accuracy"], False)
+
+
+def test_predict_logits_batches_rows_of_similar_length_and_answers_in_their_order():
+    # rows of 1 and 30 tokens in turn: in order every batch of 2 pads to 30, by length only the long pairs do
+    rows = [{"input_ids": [i] + [5] * (29 * (i % 2))} for i in range(1, 13)]
+    seen: list[tuple[int, ...]] = []
+
+    def runner(batch):
+        seen.append(batch["input_ids"].shape)
+        return batch["input_ids"][:, :1].astype(np.float32)  # each row's first token: its identity
+
+    logits = predict_logits(runner, rows, batch_size=2)
+    assert sum(b * n for b, n in seen) == 6 * 1 + 6 * 30
+    assert logits[:, 0].tolist() == list(range(1, 13))
+    dataset = datasets.Dataset.from_list(rows)
+    assert predict_logits(runner, dataset, batch_size=2)[:, 0].tolist() == list(range(1, 13))

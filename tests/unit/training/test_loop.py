@@ -106,8 +106,10 @@ def test_best_selectable_state_is_restored_and_reported():
     assert again["eval/accuracy"] == result.best_metrics["eval/accuracy"]
 
 
-def test_resume_from_checkpoint_continues_where_it_stopped(tmp_path, monkeypatch):
-    # run 1 stops (raises) after its 2nd evaluation; run 2 resumes from the checkpoint
+@pytest.mark.parametrize("grouped", [False, True])
+def test_resume_from_checkpoint_continues_where_it_stopped(tmp_path, monkeypatch, grouped):
+    # run 1 stops (raises) after its 2nd evaluation; run 2 resumes from the checkpoint; grouped
+    # by length, the resumed run takes the same grouped batches as the uninterrupted one
     method = kd_method()
     reporter = loop.LocalReporter(checkpoint_dir=tmp_path / "ckpt")
     calls = {"n": 0}
@@ -121,14 +123,14 @@ def test_resume_from_checkpoint_continues_where_it_stopped(tmp_path, monkeypatch
 
     reporter.report = report_then_crash
     with pytest.raises(RuntimeError, match="simulated crash"):
-        _run(method, reporter=reporter, max_steps=8, eval_every=2)
+        _run(method, reporter=reporter, max_steps=8, eval_every=2, group_by_length=grouped)
     resumed = kd_method()
     reporter2 = loop.LocalReporter(checkpoint_dir=tmp_path / "ckpt")
-    result = _run(resumed, reporter=reporter2, max_steps=8, eval_every=2, log_every=1)
+    result = _run(resumed, reporter=reporter2, max_steps=8, eval_every=2, log_every=1, group_by_length=grouped)
     assert [r["step"] for r in reporter2.history] == [6.0, 8.0]  # steps 1-4 were not redone
     assert result.steps == 8
     # steps 5-8 are exactly those of an uninterrupted run: same weights, batches and dropout draws
-    straight = _run(kd_method(), max_steps=8, eval_every=2, log_every=1)
+    straight = _run(kd_method(), max_steps=8, eval_every=2, log_every=1, group_by_length=grouped)
     resumed_losses = {r["step"]: r["loss/total"] for r in result.history if r["step"] > 4}
     straight_losses = {r["step"]: r["loss/total"] for r in straight.history if r["step"] > 4}
     assert resumed_losses.keys() == {5.0, 6.0, 7.0, 8.0}
@@ -220,3 +222,23 @@ def test_a_rank_without_its_own_generators_in_the_checkpoint_keeps_its_seeded_on
     loop.seed_everything(0, 2)
     loop.restore_rng(tmp_path, dist, {"rng": old})
     assert torch.equal(torch.get_rng_state(), old)
+
+
+def test_the_loop_batches_rows_of_similar_length_when_train_groups_by_length(monkeypatch):
+    from pipeline.training import batches
+
+    tokens: dict[bool, int] = {}
+    for grouped in (False, True):
+        seen: list[int] = []
+        original = batches.collate
+
+        def recording(features, pad_id=0, seen=seen, original=original):
+            batch = original(features, pad_id)
+            seen.append(batch["input_ids"].numel())
+            return batch
+
+        monkeypatch.setattr(batches, "collate", recording)
+        _run(kd_method(), max_steps=8, eval_every=8, group_by_length=grouped)
+        monkeypatch.setattr(batches, "collate", original)
+        tokens[grouped] = sum(seen[:8])  # the 8 training micro-batches; evaluation pads its own way
+    assert tokens[True] < tokens[False]

@@ -18,6 +18,8 @@ def test_the_teacher_trains_with_its_own_finetune_settings_and_the_rest_of_train
     assert (train.epochs, train.batch_size, train.learning_rate) == (3, 16, 1.0e-4)
     assert train.grad_accumulation == 1  # its batch is finetune.batch_size, whole
     assert train.max_grad_norm == 0.5  # from train:, like the students
+    grouped = spec_from_dict({**BASE, "train": {**BASE["train"], "group_by_length": True}})
+    assert teacher_train_config(grouped).group_by_length and not train.group_by_length
 
 
 def test_the_log_line_lists_eval_metrics_in_order_and_the_message_names_the_field():
