@@ -15,6 +15,7 @@ import atexit
 import contextlib
 import logging
 import os
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -52,6 +53,12 @@ class _NoMissingMetricFiles(logging.Filter):
         return not record.getMessage().startswith("Failed to fetch metrics for")
 
 
+_QUIET = _NoMissingMetricFiles()
+_switch_lock = threading.Lock()
+_inside = 0  # sweeps of this process inside without_tune_logger_files
+_callers_value: str | None = None  # the variable as the first of them found it
+
+
 @contextlib.contextmanager
 def without_tune_logger_files() -> Iterator[None]:
     """Around `Tuner.fit()`: Tune writes no result.json, progress.csv, params or TensorBoard
@@ -64,19 +71,26 @@ def without_tune_logger_files() -> Iterator[None]:
     (benchmarks/RESULTS.md, "The driver's S3 work"; docs/stack-facts.md, "Work locations").
     drydock reads none of them: a trial's figures are in the results table and MLflow, and a
     restored Tuner reads the experiment state, which stays. The caller's value of the variable,
-    and Tune's warning about the missing files (filtered out meanwhile), come back after."""
-    previous = os.environ.get(NO_TUNE_LOGGERS)
-    os.environ[NO_TUNE_LOGGERS] = "1"
-    quiet = _NoMissingMetricFiles()
-    logging.getLogger(_ANALYSIS_LOGGER).addFilter(quiet)
+    and Tune's warning about the missing files (filtered out meanwhile), come back after the last
+    of the sweeps running in this process at once has left (a notebook may run two in threads)."""
+    global _inside, _callers_value
+    with _switch_lock:
+        if _inside == 0:
+            _callers_value = os.environ.get(NO_TUNE_LOGGERS)
+            os.environ[NO_TUNE_LOGGERS] = "1"
+            logging.getLogger(_ANALYSIS_LOGGER).addFilter(_QUIET)
+        _inside += 1
     try:
         yield
     finally:
-        logging.getLogger(_ANALYSIS_LOGGER).removeFilter(quiet)
-        if previous is None:
-            os.environ.pop(NO_TUNE_LOGGERS, None)
-        else:
-            os.environ[NO_TUNE_LOGGERS] = previous
+        with _switch_lock:
+            _inside -= 1
+            if _inside == 0:
+                logging.getLogger(_ANALYSIS_LOGGER).removeFilter(_QUIET)
+                if _callers_value is None:
+                    os.environ.pop(NO_TUNE_LOGGERS, None)
+                else:
+                    os.environ[NO_TUNE_LOGGERS] = _callers_value
 
 
 def scheduler(spec: SweepSpec, metric_key: str) -> TrialScheduler:

@@ -42,7 +42,7 @@ from pipeline.measure.table import read_variants, shape_column, table_shapes, va
 from pipeline.select.champion import champion_rule
 from pipeline.select.pareto import Selection, best_per_method, select
 from pipeline.select.search_section import search_section, section_html, section_markdown
-from pipeline.select.variants import INT8, dominated_by, has_variants, served_champion, stack_summary
+from pipeline.select.variants import INT8, dominated_by, has_variants, served_champion, served_marked, stack_summary
 from pipeline.workdir import LATENCY_FILE, PARETO_CSV, PARETO_PNG, REPORT_HTML, REPORT_MD, SPEC_FILE, atomic_path, current_run_dir
 
 DASH = "–"
@@ -298,14 +298,17 @@ def variants_table(table: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def variants_note(table: pd.DataFrame, selection: SelectionConfig) -> str:
-    """What the Runtimes table is, what each stage of the stack bought (`stack_summary`), which
+def variants_note(table: pd.DataFrame, selection: SelectionConfig, configs: pd.DataFrame | None = None) -> str:
+    """What the Runtimes table is, what each stage of the stack bought (`stack_summary`, over the
+    exports `configs` serves when given: its student is then the served champion's), which
     students dominate the teacher's int8 variant, and which variants failed."""
     front = str(table["front_shape"].dropna().iloc[0]) if table["front_shape"].notna().any() else DASH
     parts = [f"Each model in each runtime, scored on the dev set itself; timed interleaved in one process at each shape "
              f"(p50 [~95% interval]); ★ on the front over (configuration, runtime) at {front}, where a latency difference "
              "inside the intervals never decides. The teacher is shown, never on the front."]
-    summary = stack_summary(table, selection)
+    served = table if configs is None or not len(configs) else table[
+        table["trial_id"].astype(str).isin({*configs["best_trial_id"].astype(str), TEACHER})]
+    summary = stack_summary(served, selection)
     if summary is not None:
         parts.append(summary.line())
     if ((table["trial_id"] == TEACHER) & (table["runtime"] == INT8)).any():
@@ -438,7 +441,8 @@ def _runtimes_panel(ax: Any, table: pd.DataFrame, configs: pd.DataFrame, ctx: Re
         if len(rows):
             ax.errorbar(rows["latency_ms"], rows["metric"], xerr=_latency_errors(rows), fmt=markers[runtime],
                         color=colors[runtime], label=runtime, capsize=3, alpha=0.85)
-    front = students[students["pareto"].fillna(False).astype(bool)].sort_values("latency_ms", kind="stable")
+    marked = served_marked(table, configs, ctx.selection).loc[students.index]  # the front the registry serves
+    front = students[marked["pareto"].fillna(False).astype(bool)].sort_values("latency_ms", kind="stable")
     if len(front):
         ax.step(front["latency_ms"], front["metric"], where="post", color="black", linewidth=1, label=VARIANT_FRONT)
         ax.scatter(front["latency_ms"], front["metric"], s=120, facecolors="none", edgecolors="black", zorder=3)
@@ -518,7 +522,8 @@ def write_report(sweep_dir: Path, frame: pd.DataFrame, ctx: ReportContext, chose
         ("All configurations", config_table(ordered, metric_name), "★ Pareto member, ◆ champion."),
     ]
     if ctx.variants is not None and len(ctx.variants):
-        sections.append(("Runtimes", variants_table(ctx.variants), variants_note(ctx.variants, ctx.selection)))
+        shown = served_marked(ctx.variants, chosen.configs, ctx.selection)
+        sections.append(("Runtimes", variants_table(shown), variants_note(shown, ctx.selection, chosen.configs)))
     intro = [teacher_line(frame, ctx), latency_line(ctx), champion_line(chosen, ctx), trial_counts(frame)]
     failed = failures(frame)
 

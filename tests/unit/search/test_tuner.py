@@ -115,3 +115,21 @@ def test_tune_logger_files_are_off_inside_the_fit_only_and_the_callers_value_com
     with without_tune_logger_files():
         pass
     assert os.environ[NO_TUNE_LOGGERS] == "0"
+
+
+def test_sweeps_that_overlap_in_one_process_leave_the_callers_value_when_the_last_one_ends(monkeypatch):
+    # two notebook threads' `drydock.sweep`: A enters, B enters, A leaves (B still fitting), B leaves
+    import logging
+    import os
+
+    from pipeline.search.tuner import NO_TUNE_LOGGERS, without_tune_logger_files
+
+    monkeypatch.delenv(NO_TUNE_LOGGERS, raising=False)
+    a, b = without_tune_logger_files(), without_tune_logger_files()
+    a.__enter__()
+    b.__enter__()
+    a.__exit__(None, None, None)
+    assert os.environ.get(NO_TUNE_LOGGERS) == "1"  # B's fit is still running without the files
+    b.__exit__(None, None, None)
+    assert NO_TUNE_LOGGERS not in os.environ
+    assert logging.getLogger("ray.tune.analysis.experiment_analysis").filters == []

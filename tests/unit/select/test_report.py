@@ -121,3 +121,24 @@ def test_the_report_names_the_champion_the_registry_serves_when_it_is_an_int8_va
     assert "kd alpha=0.9 in onnxruntime-int8" in line and "0.8700" in line and "2.10" in line and "kd-b-s0" in line
     section = md.split("## All configurations", 1)[1].split("##", 1)[0]
     assert [row for row in section.splitlines() if row.startswith("|") and "◆" in row] == []  # no eager row is served as champion
+
+
+def test_with_every_seed_timed_the_runtimes_section_marks_the_front_the_registry_serves(tmp_path):
+    """`selection.latency.all_seeds` times a configuration's weaker seed too, and its int8
+    variant may look best; the registry serves only each configuration's best seed, so the
+    Runtimes table's ★ and its stack line must not name the weaker seed's variant."""
+    from pipeline.config import SelectionConfig
+    from pipeline.select.report import ReportContext, write_report
+    from tests.unit.cli.test_tables import _timed_frame
+    from tests.unit.select.test_variants import table
+
+    frame = _timed_frame([("kd-a-s0", {"alpha": 0.5}, 0.86, 4.0), ("kd-a-s1", {"alpha": 0.5}, 0.84, 4.0)])
+    variants = table({"kd-a-s0/torch": (0.86, 4.0, 3.8, 4.2), "kd-a-s0/onnxruntime-int8": (0.85, 2.0, 1.9, 2.1),
+                      "kd-a-s1/torch": (0.84, 4.0, 3.8, 4.2), "kd-a-s1/onnxruntime-int8": (0.88, 1.0, 0.9, 1.1)})
+    ctx = ReportContext(sweep="demo", selection=SelectionConfig(), variants=variants)
+    md = write_report(tmp_path, frame, ctx).markdown.read_text()
+    section = md.split("## Runtimes", 1)[1].split("\n## ", 1)[0]
+    starred = [row.split("|")[1].strip() + "/" + row.split("|")[2].strip() for row in section.splitlines()
+               if row.startswith("|") and "★" in row]
+    assert starred and all(name.startswith("kd-a-s0/") for name in starred)
+    assert "champion's configuration, kd-a-s0/" in section  # the stack line's student
