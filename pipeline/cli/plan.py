@@ -10,7 +10,8 @@ has them (counted, not checked: the data stage still refuses a bad file), else b
 
 The time is an estimate, and printed as one. A training step costs about 6 FLOPs per encoder-
 layer parameter per token (2 forward, 4 backward), tokens = `train.batch_size` ×
-`task.max_seq_length` (an upper bound: batches are padded only to their longest text), at this
+`task.max_seq_length` (an upper bound: batches are padded only to their longest text, and with
+`train.group_by_length` to about their rows' own length, which the line then says), at this
 machine's training throughput for every CPU thread a trial holds: `drydock plan` probes its
 float32 matrix product on one thread (`probe_flops_per_thread`, half a second) and takes
 `TRAINING_SHARE` of it, the share a training step reaches (`benchmarks/plan_calibration.py`).
@@ -95,6 +96,7 @@ class SweepPlan:
     budget: int | None = None  # a searching algorithm's configurations in all; None: the grid's own count
     flops_per_thread: float = CPU_FLOPS_PER_THREAD  # the training throughput per CPU thread the estimate assumes
     probed: bool = False  # whether that is this machine's, probed (`drydock plan`), or the reference figure
+    grouped: bool = False  # train.group_by_length: batches near their rows' own length, far below the bound counted
 
     @property
     def trials(self) -> int:
@@ -281,7 +283,7 @@ def plan_sweep(spec: SweepSpec, cpus: int | None = None, flops_per_thread: float
              f"{train.grad_accumulation} accumulation")
     return SweepPlan(rows, len(spec.seeds), methods, steps, steps_per_epoch(rows.count, train.batch_size) if rows.count else None,
                      train.epochs, batch, teacher_steps, teacher, teacher_seconds, parallel, cpus, *_search_plan(spec),
-                     flops_per_thread=flops, probed=flops_per_thread is not None)
+                     flops_per_thread=flops, probed=flops_per_thread is not None, grouped=train.group_by_length)
 
 
 def _search_plan(spec: SweepSpec) -> tuple[str, int | None]:
@@ -430,6 +432,9 @@ def _time_line(plan: SweepPlan) -> str:
     rate = (f"{rate} ({TRAINING_SHARE:g} × this machine's float32 matrix product on one thread, probed now)" if plan.probed
             else f"{rate}, measured on a MiniLM-sized step")
     basis = f"6 FLOPs per parameter per token at {rate}; evaluation, export and latency measurement not included"
+    if plan.grouped:  # the quickstart's SST-2 rows average 13 tokens of its 64 (benchmarks/RESULTS.md, "Grouping by length")
+        basis += ("; every row counted at task.max_seq_length, while train.group_by_length pads a batch to about its "
+                  "rows' own length: an upper bound, often 2-3× the time")
     teacher = plan.teacher_seconds or 0.0
     if plan.parallel is None:
         return (f"≈ {span(low + teacher, high + teacher)} of trial time in all, to divide by the trials the cluster runs at once "

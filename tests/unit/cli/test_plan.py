@@ -208,3 +208,10 @@ def test_theseus_sst2_plan_from_the_shared_glue_copy(glue_dir, monkeypatch, caps
     rows = {line.split()[0]: line.split()[1:4] for line in out.splitlines() if line.startswith("    ") and "configurations" not in line}
     assert rows == {"finetune": ["2", "2", "1,250"], "theseus": ["90", "90", "1,250"], "dcr": ["8", "8", "1,250"],
                     "total": ["100", "100", "125,000"]}
+
+
+def test_a_spec_that_groups_by_length_is_told_its_estimate_is_an_upper_bound(tmp_path):
+    plain = format_plan(plan_sweep(load_spec(write_spec(tmp_path)), cpus=2))
+    grouped = format_plan(plan_sweep(load_spec(write_spec(tmp_path), ["train.group_by_length=true"]), cpus=2))
+    bound = "every row counted at task.max_seq_length, while train.group_by_length pads a batch to about its rows' own length"
+    assert bound in grouped and bound not in plain
