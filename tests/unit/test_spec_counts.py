@@ -45,6 +45,8 @@ def fingerprint_before_markers(spec: SweepSpec) -> str:
     for where in ("resources", "tracking"):
         settings.pop(where, None)
     settings["train"].pop("keep_checkpoints", None)
+    if not settings["train"].get("group_by_length"):  # came later (#36); off, the old batches
+        settings["train"].pop("group_by_length", None)
     settings["task"].pop("glue_dir", None)
     for split in ("train", "dev", "test"):
         (settings["task"].get("files") or {}).pop(split, None)
