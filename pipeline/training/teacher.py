@@ -139,6 +139,10 @@ def finetune_teacher(
     final = workdir / TEACHERS_DIR / key
     train = teacher_train_config(spec)
     ctx = method_context(spec, prepared, None, learning_rate=train.learning_rate)
+    # A pretrained checkpoint has no head for the task: transformers draws it from torch's global
+    # generator as it loads. Seeded here, the spec and the data decide the teacher, as its key
+    # says, whatever this process drew before (a notebook, the CLI, a Train worker).
+    loop.seed_everything(TEACHER_SEED)  # every rank the same head
     pretrained = ctx.load_pretrained()
     depth = pretrained.config.num_hidden_layers
     ctx.load_pretrained = lambda: pretrained
