@@ -6,7 +6,7 @@ each, for several data orders, in one run: dev accuracy and training seconds.
 
 The teacher stage's own recipe (`pipeline.training.teacher.finetune_teacher`: the `finetune`
 method on every layer of the pretrained checkpoint, `teacher.finetune` settings) with the seed
-of its batch order, dropout and classifier head varied (the stage fixes the first two at TEACHER_SEED). Nothing is cached:
+of its batch order, dropout and classifier head varied (the stage fixes all three at TEACHER_SEED). Nothing is cached:
 every run trains. Run it idle; the runs alternate (seed 0 plain, seed 0 grouped, ...), so a
 machine that changes speed does so for both.
 """
@@ -31,8 +31,8 @@ def finetune(spec, prepared, seed: int, grouped: bool) -> tuple[float, float, fl
     """(final accuracy, best accuracy, training seconds) of one teacher fine-tune."""
     train = teacher_train_config(spec).model_copy(update={"group_by_length": grouped, "progress_bar": False})
     ctx = method_context(spec, prepared, None, learning_rate=train.learning_rate)
-    # the classifier head is initialised as the checkpoint loads, from the global generator: seeded
-    # here, both batchings of a seed start from the same head (the stage loads it unseeded)
+    # the classifier head is drawn as the checkpoint loads, from the global generator: seeded here
+    # with the run's seed, as the stage seeds it with TEACHER_SEED
     torch.manual_seed(seed)
     pretrained = ctx.load_pretrained()
     ctx.load_pretrained = lambda: pretrained

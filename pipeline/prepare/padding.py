@@ -34,8 +34,13 @@ def pad_batch(rows: Sequence[Mapping[str, Any]], pad_id: int = 0) -> dict[str, n
 def row_lengths(rows: Any) -> list[int]:
     """Every row's token count: of a list of rows, or of a tokenized `datasets.Dataset`, from its
     Arrow column (shuffled or selected rows included) without decoding a row into Python."""
-    if isinstance(rows, Sequence):
+    if not is_dataset(rows):
         return [len(row["input_ids"]) for row in rows]
     import pyarrow.compute as pc
 
     return pc.list_value_length(rows.with_format("arrow")["input_ids"]).to_pylist()
+
+
+def is_dataset(rows: Any) -> bool:
+    """A `datasets.Dataset` (read by column, through Arrow) rather than a sequence of row mappings."""
+    return hasattr(rows, "with_format")

@@ -312,7 +312,7 @@ def variants_note(table: pd.DataFrame, selection: SelectionConfig, configs: pd.D
     if summary is not None:
         parts.append(summary.line())
     if ((table["trial_id"] == TEACHER) & (table["runtime"] == INT8)).any():
-        beaters = dominated_by(table, TEACHER, INT8, selection)
+        beaters = dominated_by(served, TEACHER, INT8, selection)
         parts.append(f"Students that dominate the teacher in {INT8}: {', '.join(beaters) if beaters else 'none'}.")
     failed = table[table["error"].notna()]
     if len(failed):

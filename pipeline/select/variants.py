@@ -109,14 +109,15 @@ def served_front(variants: pd.DataFrame, configs: pd.DataFrame, budget: Selectio
 def served_marked(variants: pd.DataFrame, configs: pd.DataFrame, budget: SelectionConfig | None) -> pd.DataFrame:
     """The whole variants table (every seed timed, the teacher) with `pareto` as the registry
     registers it: `served_front`'s marks on the served exports' rows, False on the other seeds'
-    (the teacher's stay unmarked). What the report's Runtimes table, its stack line and the
-    plot's variant front show, so that none names a variant that is never served."""
+    that were candidates (the teacher's and the other rows' nulls stay). What the report's
+    Runtimes table, its stack line and the plot's variant front show, so that none names a
+    variant that is never served."""
     if not len(configs):
         return variants
     served = served_front(variants, configs, budget)
     marked = variants.copy()
     students = marked["trial_id"].astype(str) != TEACHER
-    marked.loc[students, "pareto"] = False
+    marked.loc[students & marked["pareto"].notna(), "pareto"] = False
     marked.loc[served.index, "pareto"] = served["pareto"]
     return marked
 

@@ -43,7 +43,7 @@ class EpochSampler(Sampler[int]):
     With `lengths`, the permutation is grouped by length the way Hugging Face's
     `group_by_length` does it: each slice of GROUPS_PER_SORT × `chunk` shuffled rows is sorted by
     length and cut into groups of `chunk` (a micro-batch of every rank: its size × the world
-    size, so the ranks' micro-batches of one step share a group). Unlike Hugging Face's, the
+    size, so the k-th micro-batch of every rank comes from group k). Unlike Hugging Face's, the
     groups are then shuffled across the epoch, so batches do not run longest to shortest within
     each slice. Dynamic padding then pads a micro-batch to about its own rows' length, not to the
     longest of random rows: on SST-2's training sentences (mean 13 tokens), random batches of 32

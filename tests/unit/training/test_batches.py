@@ -99,3 +99,23 @@ def test_a_batch_stream_groups_by_length_only_when_asked():
         shapes[group] = sum(b["input_ids"].numel() for b in (stream.next() for _ in range(8)))
     assert shapes[False] == _padded(batches.EpochSampler(64, seed=0).indices(), lengths, 8)
     assert shapes[True] < 1.2 * sum(lengths) < shapes[False]
+
+
+def test_grouped_streams_of_two_ranks_share_each_step_s_group_and_cover_an_uneven_epoch():
+    import datasets
+
+    from pipeline.training.engine import Distributed
+
+    lengths = _lengths(37, seed=6)  # 37 rows, micro-batches of 4 on 2 ranks: groups of 8, a short one last
+    data = datasets.Dataset.from_dict({"input_ids": [[i] * n for i, n in enumerate(lengths)], "labels": [0] * 37})
+    streams = [batches.BatchStream(data, 4, seed=2, dist=Distributed(strategy="ddp", world_size=2, rank=r), pad_id=0,
+                                   group_by_length=True) for r in (0, 1)]
+    seen: list[int] = []
+    for step in range(5):  # ceil(37 / 2) = 19 rows a rank: 4 + 4 + 4 + 4 + 3
+        pair = [s.next() for s in streams]
+        rows = [int(b["input_ids"][i, 0]) for b in pair for i in range(b["input_ids"].shape[0])]
+        seen += rows
+        if step < 4:  # a full group of 8: 37 rows are one sorted slice, so a group is a run of it
+            low, high = min(lengths[j] for j in rows), max(lengths[j] for j in rows)
+            assert all(j in rows for j in range(37) if low < lengths[j] < high)
+    assert set(seen) == set(range(37)) and len(seen) == 38  # one row repeated so the ranks stay even
