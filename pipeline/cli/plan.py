@@ -434,7 +434,7 @@ def _time_line(plan: SweepPlan) -> str:
     basis = f"6 FLOPs per parameter per token at {rate}; evaluation, export and latency measurement not included"
     if plan.grouped:  # the quickstart's SST-2 rows average 13 tokens of its 64 (benchmarks/RESULTS.md, "Grouping by length")
         basis += ("; every row counted at task.max_seq_length, while train.group_by_length pads a batch to about its "
-                  "rows' own length: an upper bound, often 2-3× the time")
+                  "rows' own length: an upper bound (the quickstart's demo took about half of it)")
     teacher = plan.teacher_seconds or 0.0
     if plan.parallel is None:
         return (f"≈ {span(low + teacher, high + teacher)} of trial time in all, to divide by the trials the cluster runs at once "

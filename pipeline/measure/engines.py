@@ -72,7 +72,7 @@ import numpy as np
 from pipeline.errors import DrydockError
 from pipeline.measure.runtimes import HALF_RUNTIMES, NAMES, ONNX_RUNTIMES, ORT, ORT_INT8, RUNTIMES, TOLERANCES, TORCH, TORCH_DTYPES
 from pipeline.prepare.metrics import compute_metrics
-from pipeline.prepare.padding import is_dataset, pad_batch, row_lengths
+from pipeline.prepare.padding import is_dataset, length_batches, pad_batch
 from pipeline.prepare.remote_code import file_sha256, remote_code
 from pipeline.workdir import atomic_path
 
@@ -506,12 +506,9 @@ def predict_logits(runner: Callable[[Mapping[str, Any]], np.ndarray], rows: Any,
     little on which rows share a batch, and these are the batches it is scored on."""
     if not len(rows):
         return np.zeros((0, 0), dtype=np.float32)
-    by_length = np.argsort(np.asarray(row_lengths(rows)), kind="stable")
+    batches, back = length_batches(rows, batch_size)
     take = (lambda picks: _rows(rows[picks])) if is_dataset(rows) else (lambda picks: [rows[i] for i in picks])
-    outputs = [runner(pad_batch(take(by_length[start : start + batch_size].tolist()), pad_id)) for start in range(0, len(rows), batch_size)]
-    in_order = np.empty_like(by_length)
-    in_order[by_length] = np.arange(len(by_length))
-    return np.concatenate(outputs)[in_order]
+    return np.concatenate([runner(pad_batch(take(picks), pad_id)) for picks in batches])[back]
 
 
 def evaluate_variant(

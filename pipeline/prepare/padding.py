@@ -44,3 +44,13 @@ def row_lengths(rows: Any) -> list[int]:
 def is_dataset(rows: Any) -> bool:
     """A `datasets.Dataset` (read by column, through Arrow) rather than a sequence of row mappings."""
     return hasattr(rows, "with_format")
+
+
+def length_batches(rows: Any, batch_size: int) -> tuple[list[list[int]], np.ndarray]:
+    """Batches of row positions taken by length (each pads to about its own rows' length), and
+    the positions that put their concatenated outputs back in the rows' order
+    (`outputs[back]`). Scoring only: the metrics do not depend on the order."""
+    order = np.argsort(np.asarray(row_lengths(rows)), kind="stable")
+    back = np.empty_like(order)
+    back[order] = np.arange(len(order))
+    return [order[start:start + batch_size].tolist() for start in range(0, len(order), batch_size)], back

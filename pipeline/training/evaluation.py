@@ -11,7 +11,7 @@ from torch import nn
 
 from methods.base import logits_of
 from pipeline.prepare.metrics import compute_metrics
-from pipeline.prepare.padding import row_lengths
+from pipeline.prepare.padding import length_batches
 from pipeline.training.batches import collate
 
 
@@ -24,19 +24,17 @@ def predict(model: nn.Module, dataset, batch_size: int, device: torch.device, pa
     (benchmarks/RESULTS.md, "Grouping by length"); the metrics do not depend on the order."""
     was_training = model.training
     model.eval()
-    by_length = np.argsort(np.asarray(row_lengths(dataset)), kind="stable")
+    batches, back = length_batches(dataset, batch_size)
     logits, labels = [], []
-    for start in range(0, len(dataset), batch_size):
-        columns = dataset[by_length[start : start + batch_size].tolist()]  # one Arrow take, not row by row
+    for picks in batches:
+        columns = dataset[picks]  # one Arrow take, not row by row
         batch = collate([dict(zip(columns, values)) for values in zip(*columns.values())], pad_id)
         inputs = {k: v.to(device) for k, v in batch.items() if k != "labels"}
         logits.append(logits_of(model(**inputs)).float().cpu())
         if "labels" in batch:
             labels.append(batch["labels"])
     model.train(was_training)
-    in_order = np.empty_like(by_length)
-    in_order[by_length] = np.arange(len(by_length))
-    return torch.cat(logits).numpy()[in_order], (torch.cat(labels).numpy()[in_order] if labels else np.array([]))
+    return torch.cat(logits).numpy()[back], (torch.cat(labels).numpy()[back] if labels else np.array([]))
 
 
 def evaluate(model: nn.Module, dev: Mapping[str, Any], task, batch_size: int, device: torch.device, pad_id: int = 0) -> dict[str, float]:
