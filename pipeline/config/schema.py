@@ -380,7 +380,8 @@ class TrainConfig(_Model):
     bf16: Literal["auto", "on", "off"] = "auto"  # auto: bf16 autocast on a GPU with bf16 in hardware (8.0+)
     # Micro-batches of rows of similar length (Hugging Face's `group_by_length`; the teacher's
     # fine-tuning too): each pads to about its own rows' length instead of the longest of random
-    # rows, 2-3x fewer tokens on short-sentence tasks (pipeline.training.batches.EpochSampler).
+    # rows: 1.05x the rows' tokens against 3.00x on the quickstart's SST-2 sentences
+    # (benchmarks/RESULTS.md, "Grouping by length"; pipeline.training.batches.EpochSampler).
     # Off by default: the batches are then the papers' random ones.
     group_by_length: Annotated[bool, ADDED_LATER] = False
     progress_bar: bool = True

@@ -28,8 +28,8 @@ def collate(features: list[dict[str, Any]], pad_id: int = 0) -> dict[str, torch.
 
 
 # Rows sorted together when grouping by length: this many groups' worth (Hugging Face's
-# LengthGroupedSampler uses 50 batches a "megabatch"). Larger: groups of closer lengths, but the
-# rows a group can hold come from a narrower slice of the shuffled epoch.
+# LengthGroupedSampler uses 50 batches a "megabatch"). Larger: each group is drawn from more rows,
+# so its lengths are closer, and which rows share a batch is decided more by length, less by chance.
 GROUPS_PER_SORT = 50
 
 
