@@ -33,8 +33,7 @@ def sampler(algorithm: str, seed: int, budget: int) -> optuna.samplers.BaseSampl
         return optuna.samplers.RandomSampler(seed=seed)
     if algorithm in ("tpe", "motpe"):
         return optuna.samplers.TPESampler(seed=seed, multivariate=True, group=True, constant_liar=True,
-                                          n_startup_trials=min(10, max(2, budget // 4)),
-                                          warn_independent_sampling=False)
+                                          n_startup_trials=min(10, max(2, budget // 4)))
     if algorithm == "nsga2":
         return optuna.samplers.NSGAIISampler(seed=seed, population_size=min(50, max(4, budget // 4)))
     raise ValueError(f"search.algorithm: {algorithm} asks no study")

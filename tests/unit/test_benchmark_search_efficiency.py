@@ -37,7 +37,7 @@ def synthetic_table() -> pd.DataFrame:
         rows.append({"config_id": config_id("kd", params), "method": "kd",
                      "params": json.dumps({"method": "kd", "kd.num_layers": depth, "kd.alpha": alpha}),
                      "seed_metrics": [metric - 0.01, metric + 0.01], "metric": metric, "latency_ms": 2.0 * depth,
-                     "teacher_metric": 0.85, "teacher_latency_ms": 12.0, "majority_metric": 0.5})
+                     "teacher_metric": 0.85, "teacher_latency_ms": 12.0, "teacher_int8_ms": 6.0, "majority_metric": 0.5})
     return pd.DataFrame(rows)
 
 
@@ -47,23 +47,72 @@ def test_a_replay_looks_up_every_seed_runs_no_configuration_twice_and_finds_at_m
     best_possible = bench.hypervolume(bench.front(list(zip(table["metric"], table["latency_ms"], strict=True))), (0.5, 12.0))
     for algorithm in ("random", "motpe"):
         rows = bench.replay(table, algorithm, seed=0, budget=20)
-        assert [r["budget"] for r in rows] == [10, 20, 40]
+        assert [r["budget"] for r in rows] == list(range(1, 21))  # after each configuration told
         hv = [r["hypervolume"] for r in rows]
-        assert 0 < hv[0] <= hv[1] == hv[2] <= best_possible + 1e-12  # 20 configurations at most: 40 finds no more
-        assert rows[1]["best_metric"] <= table["metric"].max()
+        assert 0 < hv[0] and all(a <= b for a, b in itertools.pairwise(hv)) and hv[-1] <= best_possible + 1e-12
+        assert rows[-1]["best_metric"] <= table["metric"].max()
     # every configuration of the table told once: a budget of 20 × 2 seeds is all the table has
     full = bench.replay(table, "random", seed=1, budget=20)
-    assert full[2]["hypervolume"] == pytest.approx(best_possible)
-    assert full[2]["best_metric"] == pytest.approx(table["metric"].max())
-    assert full[2]["fastest_close_ms"] != full[2]["fastest_close_ms"]  # nothing within 1 point of 0.85: NaN
+    assert full[-1]["hypervolume"] == pytest.approx(best_possible)
+    assert full[-1]["best_metric"] == pytest.approx(table["metric"].max())
+    assert full[-1]["fastest_close_ms"] != full[-1]["fastest_close_ms"]  # nothing within 1 point of 0.85: NaN
+    assert full[-1]["fastest_close"] is None
+
+
+def test_the_fastest_configuration_within_a_point_of_the_teacher_and_its_speedup_over_the_teachers_int8():
+    bench = load_script()
+    table = synthetic_table()
+    table["teacher_metric"] = 0.80  # within 1 point: metric >= 0.79, i.e. depth 4 with alpha 0.3-0.7 (0.78 + ...)
+    close = table[table["metric"] >= 0.79]
+    assert len(close) and close["latency_ms"].min() == 8.0  # only depth 4 (2 ms a layer) comes that close
+    full = bench.replay(table, "random", seed=1, budget=20)[-1]
+    assert full["fastest_close_ms"] == 8.0 and full["fastest_close_vs_teacher_int8"] == pytest.approx(6.0 / 8.0)
+    assert json.loads(full["fastest_close"])["kd.num_layers"] == 4
 
 
 def test_the_summary_gives_medians_and_interquartile_ranges_per_algorithm_and_budget():
     bench = load_script()
-    runs = pd.DataFrame([{"algorithm": "random", "seed": s, "budget": 10, "hypervolume": float(s), "best_metric": 0.5,
-                          "fastest_close_ms": 3.0} for s in range(5)])
-    summary = bench.summarize(runs).iloc[0]
-    assert (summary["hypervolume"], summary["hypervolume_iqr"]) == (2.0, "1-3")
+    runs = pd.DataFrame([{"algorithm": "random", "seed": s, "budget": k, "hypervolume": float(s) * k / 10,
+                          "best_metric": 0.5 + s / 100, "fastest_close_ms": 3.0 if s < 3 else float("nan"),
+                          "fastest_close": '{"method": "kd"}' if s < 3 else None,
+                          "fastest_close_vs_teacher_int8": 2.0 if s < 3 else float("nan")}
+                         for s in range(5) for k in range(1, 41)])
+    summary = bench.summarize(runs)
+    assert list(summary["budget"]) == [10, 20, 40]  # the curve's other points are the plot's
+    first = summary.iloc[0]
+    assert (first["hypervolume"], first["hypervolume_iqr"]) == (2.0, "1-3")
+    assert (first["best_metric"], first["best_metric_iqr"]) == (0.52, "0.51-0.53")
+    assert (first["found_close"], first["searches"], first["vs_teacher_int8"]) == (3, 5, 2.0)
+    assert first["fastest_close"] == '{"method": "kd"}'
+
+
+def test_the_verdicts_compare_20_configurations_with_random_searchs_40():
+    bench = load_script()
+    summary = pd.DataFrame([
+        {"algorithm": "random", "budget": 40, "hypervolume": 1.0, "best_metric": 0.80},
+        {"algorithm": "motpe", "budget": 20, "hypervolume": 1.2, "best_metric": 0.79},
+        {"algorithm": "nsga2", "budget": 20, "hypervolume": 0.9, "best_metric": 0.79},
+        {"algorithm": "tpe", "budget": 20, "hypervolume": 0.5, "best_metric": 0.80},
+    ])
+    assert bench.verdicts(summary) == [
+        "motpe after 20: median hypervolume 1.2; random after 40: 1 (meets the bar)",
+        "nsga2 after 20: median hypervolume 0.9; random after 40: 1 (misses the bar)",
+        "tpe after 20: median best_metric 0.8; random after 40: 0.8 (meets the bar)",
+    ]
+
+
+def test_replay_from_the_command_line_prints_the_summary_and_verdicts_and_draws_the_curves(tmp_path, capsys):
+    bench = load_script()
+    table = tmp_path / "table.parquet"
+    synthetic_table().to_parquet(table, index=False)
+    assert bench.main(["replay", "--table", str(table), "--repeats", "2", "--algorithms", "random", "tpe",
+                       "--out", str(tmp_path / "runs.parquet"), "--plot", str(tmp_path / "hv.png")]) == 0
+    out = capsys.readouterr().out
+    assert "20 configurations in the table; 2 searches per algorithm" in out
+    assert "tpe after 20: median best_metric" in out
+    runs = pd.read_parquet(tmp_path / "runs.parquet")
+    assert sorted(runs["budget"].unique()) == list(range(1, 41)) and len(runs) == 2 * 2 * 40
+    assert (tmp_path / "hv.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_collect_makes_the_table_of_a_finished_grid_sweep_one_timing_per_architecture(tmp_path):
@@ -101,6 +150,10 @@ def test_collect_makes_the_table_of_a_finished_grid_sweep_one_timing_per_archite
     by_depth = table.groupby(table["params"].map(lambda p: json.loads(p)["kd.num_layers"]))["latency_ms"].nunique()
     assert (by_depth == 1).all()  # one timing per architecture
     assert table["teacher_latency_ms"].nunique() == 1 and table["majority_metric"].eq(0.5).all()
+    for _, row in table.iterrows():  # the search's latency: the fastest runtime of the quickstart's two
+        by_runtime = json.loads(row["latency_by_runtime"])
+        assert set(by_runtime) == {"torch", "onnxruntime-int8"} and row["latency_ms"] == min(by_runtime.values())
+    assert table["teacher_int8_ms"].nunique() == 1 and table["teacher_int8_ms"].iloc[0] > 0
     assert bench.replay_spec(table, "tpe", 2, 0).methods["kd"].domains()["num_layers"].grid == [1, 2]
 
 
@@ -108,4 +161,4 @@ def test_a_grid_point_the_table_lacks_is_told_failed_not_a_crash():
     bench = load_script()
     table = synthetic_table().iloc[1:]  # a configuration the collected sweep dropped (a seed missing)
     rows = bench.replay(table, "random", seed=1, budget=20)
-    assert rows[2]["best_metric"] == pytest.approx(table["metric"].max())
+    assert rows[-1]["best_metric"] == pytest.approx(table["metric"].max())
