@@ -19,6 +19,10 @@ variants.parquet (`pipeline.select.variants`: each runtime timed interleaved, wi
 - **the champion** (`choose_champion`): the most accurate row within the budget; ties by
   `pipeline.measure.interleaved.rank` (faster where the latencies separate, else smaller, then
   the table's order).
+- **exact ties** (`exact_ties`): rows at one point (metric, latency interval and size all equal)
+  are one point of the front; the registry registers one of them, the one the champion rule
+  picks among them (a sweep of a thousand configurations of one architecture whose metrics tie
+  would otherwise register every one).
 
 Pure: no I/O, no MLflow, no timing.
 """
@@ -126,3 +130,19 @@ def choose_champion(table: pd.DataFrame, budget: SelectionConfig | None, columns
     best = max(c.metric for c in cands)
     first = rank([c for c in cands if c.metric == best])[0]
     return eligible.iloc[row_names(eligible, columns).index(first.name)]
+
+
+def exact_ties(table: pd.DataFrame, columns: Columns = CONFIGS) -> list[tuple[pd.Series, pd.DataFrame]]:
+    """The rows grouped by their exact point (metric, latency interval, size where the table has
+    one), in the order of each point's first row: per point, the row the champion rule picks
+    among them (`choose_champion` without a budget) and the others, tied with it."""
+    points: dict[tuple[float, ...], list[int]] = {}
+    for position, c in enumerate(candidates(table, columns)):
+        points.setdefault((c.metric, c.latency.low, c.latency.high, c.size), []).append(position)
+    groups = []
+    for positions in points.values():
+        group = table.iloc[positions].reset_index(drop=True)
+        chosen = choose_champion(group, None, columns) if len(group) > 1 else None
+        first = group.iloc[0] if chosen is None else chosen
+        groups.append((first, group.drop(index=first.name)))
+    return groups

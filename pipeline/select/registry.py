@@ -75,6 +75,7 @@ from pipeline.select.champion import (
     tag_number,
 )
 from pipeline.select.dev_set import DevSet
+from pipeline.select.front import exact_ties
 from pipeline.tracking import redacted
 
 PYFUNC_MODULE = pyfunc_module(EAGER)  # the student pyfunc: every eager runtime's (`pipeline.measure.runtimes`)
@@ -467,16 +468,20 @@ class Registration:
         return tags
 
 
-def register_config(reg: Registration, config) -> str | None:
+def register_config(reg: Registration, config, ties: int = 0) -> str | None:
     """The configuration's served export (its best seed) as an eager version, once; its tags
     refreshed when it is already registered (more seeds may have moved the mean since). None
-    when the folder is gone."""
+    when the folder is gone. `ties`: how many other configurations of the front sit at exactly
+    its point and are served by this version (`pipeline.select.front.exact_ties`), its tag
+    `front_ties`."""
     client, name = reg.client, reg.name
     folder = reg.localize(str(config["best_student_path"]))
     if not (folder / "config.json").is_file():
         reg.log(f"registry: {config['config']}: student folder {config['best_student_path']} is missing; not registered")
         return None
     tags = reg.tags_of(config, folder)
+    if ties:
+        tags["front_ties"] = str(ties)
     existing = find_version(client, name, str(config["best_student_path"]))
     if existing is not None:
         for key, value in tags.items():
@@ -529,10 +534,21 @@ def register_front(
     reg = Registration(client, name, sweep, experiment_id, measurements, max_length, pair, flavor, log, localize, dev)
     with tracking(uri):
         ensure_registered_model(client, name, description=f"Compressed students of sweep {sweep} (drydock)")
-        for _, config in front.iterrows():
-            registered = register_config(reg, config)
-            if registered is not None:
-                outcome.versions[config["config_key"]] = registered
+        for first, tied in exact_ties(front):
+            # the tie-break's choice, or the next of its point whose export is still there
+            point = [first, *(row for _, row in tied.iterrows())]
+            registered, config = None, first
+            for config in point:
+                if (registered := register_config(reg, config, ties=len(point) - 1)) is not None:
+                    break
+            if registered is None:
+                continue
+            for row in point:  # a tied champion is served by this version
+                outcome.versions[row["config_key"]] = registered
+            if len(tied):
+                log(f"registry: {len(tied)} other configuration(s) of the front tie exactly with {config['config']} "
+                    f"({config['metric_name']} {config['metric_mean']:.4f}, {config['latency_ms']:.2f} ms): "
+                    f"v{registered} serves them all (the champion rule's tie-break); results.parquet lists each")
         candidate: str | None = None
         if variants_front is not None:
             candidate, why = variants_front(reg, outcome)

@@ -168,6 +168,27 @@ def test_versions_are_tagged_and_the_champion_moves_only_on_improvement(store, t
         COMMANDS["registry"](parser.parse_args(["registry", "list", "nobody", "--tracking-uri", uri]))
 
 
+def test_configurations_tied_exactly_on_the_front_are_registered_once(store, tmp_path, tiny_tokenizer):
+    """A thousand configurations of one architecture whose metrics tie would otherwise mean a
+    thousand versions of one point (benchmarks/sweep_scale.py's students tie so)."""
+    uri, client, experiment = store
+    folders = [stock_student(tmp_path / f"s{i}", tiny_tokenizer, seed=i) for i in range(4)]
+    runs = [new_run(client, experiment, f"kd{i}") for i in range(4)]
+    rows = [trial(f"kd{i}-s0", "kd", 0, 0.80, 4.0, folders[i], runs[i], alpha=a) for i, a in enumerate((0.1, 0.5, 0.9))]
+    rows.append(trial("kd3-s0", "kd", 0, 0.70, 2.0, folders[3], runs[3], alpha=0.3))  # another point of the front
+    said: list[str] = []
+    chosen, outcome = register_round(uri, experiment, rows, log=said.append)
+    assert len(chosen.front) == 4  # the front keeps all three tied configurations
+    versions = client.search_model_versions("name = 'students'")
+    assert len(versions) == 2 and sorted(set(outcome.versions.values())) == ["1", "2"]
+    tied_keys = set(chosen.front[chosen.front["metric_mean"] == 0.80]["config_key"])
+    assert len(tied_keys) == 3 and len({outcome.versions[k] for k in tied_keys}) == 1  # one version serves the point
+    version = client.get_model_version("students", outcome.versions[next(iter(tied_keys))])
+    assert version.tags["front_ties"] == "2" and version.tags["config"] == chosen.champion["config"]
+    assert str(client.get_model_version_by_alias("students", CHAMPION).version) == str(version.version)
+    assert any(f"2 other configuration(s) of the front tie exactly with {chosen.champion['config']}" in line for line in said)
+
+
 def test_a_champion_outside_the_current_budget_gives_way(store, tmp_path, tiny_tokenizer):
     uri, client, experiment = store
     folders = [stock_student(tmp_path / f"s{i}", tiny_tokenizer, seed=i) for i in range(3)]

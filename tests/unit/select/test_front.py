@@ -10,7 +10,17 @@ import pandas as pd
 
 from pipeline.config import SelectionConfig
 from pipeline.measure.interleaved import Candidate, Interval
-from pipeline.select.front import CONFIGS, SIZED_CONFIGS, VARIANTS, candidates, choose_champion, front_mask, row_names, within_budget
+from pipeline.select.front import (
+    CONFIGS,
+    SIZED_CONFIGS,
+    VARIANTS,
+    candidates,
+    choose_champion,
+    exact_ties,
+    front_mask,
+    row_names,
+    within_budget,
+)
 
 NAN = math.nan
 BOTH = SelectionConfig(max_latency_ms=5.0, min_speedup=2.0)
@@ -94,6 +104,21 @@ def test_choose_champion_takes_the_best_mean_within_budget_ties_to_the_faster():
     assert choose_champion(frame, SelectionConfig(min_speedup=2.5))["config"] == "best-but-slow"
     assert choose_champion(frame, SelectionConfig(max_latency_ms=0.5)) is None
     assert choose_champion(frame.iloc[:0], BOTH) is None
+
+
+def test_exact_ties_group_one_point_each_and_choose_as_the_champion_rule_does():
+    frame = configs(("a", 0.80, 4.0, 4.0, 2.0), ("b", 0.90, 6.0, 6.0, 1.5), ("c", 0.80, 4.0, 4.0, 2.0),
+                    ("d", 0.80, 4.0, 4.0, 2.0), ("e", 0.80, 4.000001, 4.0, 2.0))
+    groups = exact_ties(frame)
+    assert [(first["config"], list(tied["config"])) for first, tied in groups] == [
+        ("a", ["c", "d"]), ("b", []), ("e", [])]  # a latency a millionth apart is another point
+    point = frame.loc[[10, 12, 13]]
+    assert choose_champion(point, None)["config"] == groups[0][0]["config"]  # the champion rule's pick
+    # with sizes, a tie needs the same size too; the rule then takes the first in the table's order
+    sized = frame.assign(num_params=[5, 1, 5, 3, 1])
+    assert [(f["config"], list(t["config"])) for f, t in exact_ties(sized, SIZED_CONFIGS)] == [
+        ("a", ["c"]), ("b", []), ("d", []), ("e", [])]
+    assert exact_ties(frame.iloc[:0]) == []
 
 
 # ----------------------------------------------------------------------------------------------
