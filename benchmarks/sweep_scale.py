@@ -1,6 +1,7 @@
 """What a sweep's driver spends per trial as the sweep grows (issue #35, item 8).
 
-    .venv/bin/python benchmarks/sweep_scale.py [--n 50 200 1000] [--location file s3] [--workdir DIR]
+    .venv/bin/python benchmarks/sweep_scale.py [--n 50 200 1000] [--location file s3] [--workdir DIR] \
+        [--trial-runner ray-train tune-actor]
 
 For each N and work location: a sweep of N configurations of the smallest student (the smoke
 spec's random 2-layer teacher, 1-layer students, 64 training examples, 2 optimizer steps) through
@@ -16,11 +17,14 @@ Printed, one row per sweep:
                        (results table, mlflow.db; a trial's own folder is pushed by its rank 0
                        and is the same size at any N), per trial
   MLflow calls/trial   calls the driver made to MlflowClient during the search stage, per trial
+  search s/trial       the search stage's wall time, per trial (two trials at a time on two cores)
   select s             the measure + select stage (latency, front, report, registry) in seconds
   pushed MB all        everything the driver pushed, the cache, teacher and select stage included
 
 The trials' Ray Train start-up (~25 s each on a 2-core machine) dominates the wall time: N=1,000
-is hours there, minutes on a 16-core node with more concurrent trials.
+is hours there, minutes on a 16-core node with more concurrent trials. `--trial-runner
+tune-actor` runs each one-worker trial in its Tune actor instead (`resources.trial_runner`): no
+Train job per trial, and under FIFO the actor and its imports are reused by the next trial.
 """
 
 from __future__ import annotations
@@ -95,19 +99,19 @@ class Meter:
             setattr(owner, name, original)
 
 
-def spec_for(n: int, location: str):
+def spec_for(n: int, location: str, runner: str = "ray-train"):
     rates = [round(1e-4 * (1 + 9 * i / max(1, n - 1)), 8) for i in range(n)]
     return load_spec(ROOT / "sweeps" / "smoke.yaml", [
         f"name=scale-{location}-{n}", f"tracking.experiment=scale-{location}-{n}", f"tracking.registered_model=scale-{location}-{n}",
         f"methods={{finetune: {{learning_rate: {{grid: {rates}}}}}}}", "student.num_layers=1",
         "teacher.architecture.num_layers=2", "task.synthetic.num_train=64", "task.synthetic.num_dev=32",
         "train.max_steps=2", "train.eval_every=2", "search.scheduler=fifo",
-        "selection.latency.min_runs=3", "selection.latency.min_seconds=0.1",
+        "selection.latency.min_runs=3", "selection.latency.min_seconds=0.1", f"resources.trial_runner={runner}",
     ])
 
 
-def run_one(n: int, location: str, uri: str) -> dict[str, float]:
-    spec = spec_for(n, location)
+def run_one(n: int, location: str, uri: str, runner: str = "ray-train") -> dict[str, float]:
+    spec = spec_for(n, location, runner)
     store = WorkStore.open(uri)
     ensure_teacher(spec, prepare(spec, store.local), store.local, log=lambda _: None)
     meter, me = Meter(), psutil.Process()
@@ -116,9 +120,11 @@ def run_one(n: int, location: str, uri: str) -> dict[str, float]:
     def log(message: str) -> None:
         if message.startswith("search:") and "search" not in marks:
             marks["search"], marks["pushed_before"] = sum(me.cpu_times()[:2]), meter.pushed
+            marks["search_at"] = time.perf_counter()
             marks["calls_before"] = sum(meter.calls.values())
         if message.startswith(("latency:", "select:")) and "end" not in marks:
             marks["end"], marks["pushed_search"] = sum(me.cpu_times()[:2]), meter.pushed - marks.get("pushed_before", 0)
+            marks["end_at"] = time.perf_counter()
             marks["calls_search"] = sum(meter.calls.values()) - marks.get("calls_before", 0)
 
     meter.install()
@@ -130,7 +136,9 @@ def run_one(n: int, location: str, uri: str) -> dict[str, float]:
     return {"n": n, "trials": len(frame), "finished": int((frame["status"] == "finished").sum()),
             "driver_cpu_s_per_trial": cpu / len(frame), "driver_peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
             "pushed_kb_per_trial": marks.get("pushed_search", 0) / 1024 / len(frame),
-            "mlflow_calls_per_trial": marks.get("calls_search", 0) / len(frame), "select_s": meter.select_s,
+            "mlflow_calls_per_trial": marks.get("calls_search", 0) / len(frame),
+            "search_s_per_trial": (marks.get("end_at", 0.0) - marks.get("search_at", 0.0)) / len(frame),
+            "select_s": meter.select_s,
             "pushed_mb_all": meter.pushed / 2**20}
 
 
@@ -139,6 +147,7 @@ def main() -> None:
     parser.add_argument("--n", type=int, nargs="+", default=[50, 200, 1000])
     parser.add_argument("--location", choices=["file", "s3"], nargs="+", default=["file", "s3"])
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/drydock-scale"))
+    parser.add_argument("--trial-runner", choices=["ray-train", "tune-actor"], default="ray-train")
     args = parser.parse_args()
     os.environ.setdefault("DRYDOCK_CACHE_DIR", str(args.workdir / "node-cache"))
     rows = []
@@ -153,7 +162,8 @@ def main() -> None:
                 (args.workdir / "bucket").mkdir(parents=True, exist_ok=True)
                 base = (args.workdir / "bucket").as_uri()
             for n in args.n:
-                rows.append({"location": location, **run_one(n, location, f"{base}-{n}")})
+                rows.append({"location": location, "runner": args.trial_runner,
+                             **run_one(n, location, f"{base}-{args.trial_runner}-{n}", args.trial_runner)})
                 print(" ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in rows[-1].items()), flush=True)
     import pandas as pd
 

@@ -99,7 +99,7 @@ def run_sweep(spec: SweepSpec, workdir: str | Path, *, resume: bool = False, add
         spec=Sealed(spec), resources=TrainResources.of(spec), workdir=store.location,
         trials_dir=run.paths.trials_dir.relative_to(local).as_posix(), train_storage=storage.train,
         metric_key=f"eval/{metric_name}", teacher={"path": teacher_ref, "metrics": teacher.metrics, "key": teacher.key},
-        prepared=folders, deepspeed_preset=deepspeed_preset,
+        prepared=folders, deepspeed_preset=deepspeed_preset, in_actor=spec.resources.trial_runner == "tune-actor",
     )
     if own_tracking:
         store.push(TRACKING_DB)  # the parent run is in the record before any trial starts

@@ -523,6 +523,14 @@ class ResourcesConfig(_Model):
     # ends a request no node can ever hold instead of waiting for ever; null waits without limit.
     # Ray's own limit is 60 s (docs/stack-facts.md, "worker-start-timeout").
     start_patience_s: PositiveFloat | None = 1800.0
+    # Where a trial of one worker trains. `ray-train`: a Ray Train job, which starts a controller,
+    # a placement-group cleaner, a synchronisation actor and the worker beside the trial's own
+    # process, each importing torch, per trial (~10 s of CPU per trial beside the worker's own
+    # imports, benchmarks/RESULTS.md "Where a trial's CPU goes"). `tune-actor`: in the Tune
+    # trial's own process, which then holds the worker's CPUs (and GPUs), retried by Tune from its
+    # last checkpoint (`search.max_failures`), and, under the FIFO scheduler, reused by the next
+    # trial with its imports done. Only for one worker under ddp: nothing to synchronise.
+    trial_runner: Literal["ray-train", "tune-actor"] = "ray-train"
 
     @field_validator("gpus_per_worker")
     @classmethod
@@ -543,6 +551,15 @@ class ResourcesConfig(_Model):
         if seconds is not None and math.isinf(seconds):
             raise ValueError("must be a finite number of seconds; null waits for the workers without limit")
         return seconds
+
+    @model_validator(mode="after")
+    def _one_worker_in_a_tune_actor(self) -> ResourcesConfig:
+        """A Tune actor is one process: it holds one worker's resources and has no process group."""
+        if self.trial_runner == "tune-actor" and (self.workers_per_trial != 1 or self.strategy != "ddp"):
+            raise field_problem("trial_runner", f"tune-actor runs a trial in one process, without Ray Train: it "
+                                f"needs workers_per_trial: 1 and strategy: ddp (got {self.workers_per_trial} and "
+                                f"{self.strategy}); use trial_runner: ray-train")
+        return self
 
     @model_validator(mode="after")
     def _one_gpu_per_zero3_rank(self) -> ResourcesConfig:

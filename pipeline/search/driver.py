@@ -44,6 +44,7 @@ class SearchContext:
     prepared: dict[str, str]  # the cache folders of the tokenized data and tokenizer (`Prepared.folders`)
     metric_key: str  # the evaluation metric the scheduler reads, e.g. "eval/accuracy"
     deepspeed_preset: dict[str, Any] | None  # read where drydock runs; the workers may not see the file
+    in_actor: bool = False  # resources.trial_runner: tune-actor (the trial trains in this actor, no Train job)
 
 
 def train_worker(config: dict[str, Any]) -> None:
@@ -51,6 +52,14 @@ def train_worker(config: dict[str, Any]) -> None:
     from pipeline.search.worker import train_worker as run
 
     run(config)
+
+
+def train_here(config: dict[str, Any]) -> None:
+    """The trial trained in this actor (`resources.trial_runner: tune-actor`): the worker module is
+    imported on the first trial only, when Tune reuses the actor."""
+    from pipeline.search.worker import actor_worker
+
+    actor_worker(config)
 
 
 def trial_driver(config: dict[str, Any], shared: SearchContext) -> None:
@@ -67,8 +76,14 @@ def trial_driver(config: dict[str, Any], shared: SearchContext) -> None:
             "spec": shared.spec, "trial": config["trial"], "workdir": shared.workdir, "trial_dir": trial_key,
             "teacher": shared.teacher, "prepared": shared.prepared, "deepspeed_preset": shared.deepspeed_preset,
         }
-        failure = run_train(train_worker, worker_config, shared.resources, name=f"train-{key}",
-                            storage_path=shared.train_storage, on_report=tune.report)
+        if shared.in_actor:
+            # what it raises is a Tune failure: Tune retries the trial from its last checkpoint,
+            # as Train retries a worker; the worker has recorded it as failed first
+            train_here(worker_config)
+            failure = None
+        else:
+            failure = run_train(train_worker, worker_config, shared.resources, name=f"train-{key}",
+                                storage_path=shared.train_storage, on_report=tune.report)
         outcome = _outcome(store, trial_key)
         if outcome is None:  # it failed before the worker could say why: record it here
             error = f"{type(failure).__name__}: {last_line(failure)}" if failure is not None else None

@@ -3,7 +3,8 @@
 One Tuner grids over the concrete trial list of `pipeline.search.space` (every method together,
 and a restored sweep sees exactly the same trials), or, when the spec names a searching
 algorithm, takes its trials from `pipeline.search.searcher` one at a time. Its trainable is the thin trial driver of
-`pipeline.search.driver`, which reserves no CPU: the trial's Train workers hold the resources.
+`pipeline.search.driver`, which reserves no CPU: the trial's Train workers hold the resources
+(with `resources.trial_runner: tune-actor` the trial trains in the driver, which holds them).
 Why the driver's reservation and the actor reuse are set as they are: `docs/search-on-ray.md`.
 Beside the caller's callback (the recorder) it attaches `SweepProgress`, which shows the search
 while it runs (`pipeline.search.trial_table`).
@@ -122,7 +123,7 @@ def make_tuner(
     """A new Tuner, or, resuming, the interrupted one restored (its finished trials are kept).
     `trials`: the grid's fixed list; with a `searcher` (`search.algorithm` other than grid) it
     is empty and the searcher asks its study for the configurations as trials end."""
-    trainable = tune.with_resources(tune.with_parameters(trial_driver, shared=context), DRIVER_RESOURCES)
+    trainable = tune.with_resources(tune.with_parameters(trial_driver, shared=context), trial_resources(spec))
     if searcher is None:
         # the trials themselves: Tune's variant generator copies and pickles them, never reads them
         param_space: dict[str, Any] = {"trial": tune.grid_search(list(trials))}
@@ -153,8 +154,21 @@ def make_tuner(
             # from the trial's last checkpoint. A trial whose training raises is not a Tune
             # failure: its driver records it and reports normally.
             failure_config=tune.FailureConfig(max_failures=spec.search.max_failures), verbose=0,
+            # the checkpoints a trial trained in its actor reports to Tune (`trial_runner: tune-actor`);
+            # a Train job keeps its own by the same setting (`pipeline.search.trainer.run_train`)
+            checkpoint_config=tune.CheckpointConfig(num_to_keep=spec.train.keep_checkpoints),
         ),
     )
+
+
+def trial_resources(spec: SweepSpec) -> dict[str, float]:
+    """What Tune reserves for a trial's own actor: nothing but memory when its Train workers hold
+    the CPUs and GPUs (`DRIVER_RESOURCES`), the one worker's CPUs and GPUs when the trial trains
+    in it (`resources.trial_runner: tune-actor`)."""
+    r = spec.resources
+    if r.trial_runner != "tune-actor":
+        return DRIVER_RESOURCES
+    return {**DRIVER_RESOURCES, "cpu": r.cpus_per_worker, **({"gpu": r.gpus_per_worker} if r.use_gpu else {})}
 
 
 def _key(trial: Any) -> str:

@@ -58,21 +58,52 @@ class RayReporter:
         return path if (path / loop.CHECKPOINT_FILE).is_file() else None
 
 
-def _landed(config: dict[str, Any]) -> tuple[SweepSpec, Distributed]:
-    """The spec, as the sweep validated it, and this process's place in the run."""
+class TuneReporter:
+    """A trial trained in its Tune actor (`resources.trial_runner: tune-actor`): its reports and
+    checkpoints go to Tune itself, and a retried trial resumes from the last one Tune kept."""
+
+    def report(self, metrics: dict[str, float], save_checkpoint: Callable[[Path], None] | None) -> None:
+        from ray import tune
+
+        if save_checkpoint is None:
+            tune.report(metrics)
+            return
+        with tempfile.TemporaryDirectory() as tmp:
+            save_checkpoint(Path(tmp))
+            tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(tmp))
+
+    def resume_from(self) -> Path | None:
+        from ray import tune
+
+        checkpoint = tune.get_checkpoint()
+        if checkpoint is None:
+            return None
+        path = Path(checkpoint.to_directory())
+        return path if (path / loop.CHECKPOINT_FILE).is_file() else None
+
+
+def _landed(config: dict[str, Any], in_actor: bool = False) -> tuple[SweepSpec, Distributed]:
+    """The spec, as the sweep validated it, and this process's place in the run (a Train
+    worker's, or alone in a Tune actor)."""
     spec: SweepSpec = config["spec"].open()
     torch.set_num_threads(max(1, int(spec.resources.cpus_per_worker)))
-    return spec, _distributed(spec.resources, config.get("deepspeed_preset"))
-
-
-def _distributed(resources: ResourcesConfig, preset: dict[str, Any] | None) -> Distributed:
+    if in_actor:
+        return spec, _distributed(spec.resources, config.get("deepspeed_preset"), 1, 0, in_actor=True)
     context = ray.train.get_context()
-    world, rank = context.get_world_size(), context.get_world_rank()
+    return spec, _distributed(spec.resources, config.get("deepspeed_preset"), context.get_world_size(),
+                              context.get_world_rank())
+
+
+def _distributed(resources: ResourcesConfig, preset: dict[str, Any] | None, world: int, rank: int,
+                 in_actor: bool = False) -> Distributed:
     if resources.use_gpu:
         require_cuda_on_every_rank(world, rank)
-        from ray.train.torch import get_device
+        if in_actor:  # Ray made the actor's GPUs its only visible ones: the first is its own
+            device = torch.device("cuda", 0)
+        else:
+            from ray.train.torch import get_device
 
-        device = get_device()
+            device = get_device()
         torch.cuda.set_device(device)
     else:
         device = torch.device("cpu")
@@ -131,17 +162,27 @@ def _teacher(store: WorkStore, ref: dict[str, Any]) -> TeacherResult:
 
 def train_worker(config: dict[str, Any]) -> None:
     """Ray Train's `train_loop_per_worker` for a trial."""
+    _train(config, ray.train.get_context().get_world_rank(), RayReporter(), in_actor=False)
+
+
+def actor_worker(config: dict[str, Any]) -> None:
+    """A one-worker trial in its Tune actor (`resources.trial_runner: tune-actor`): the same work
+    as a Train worker's, rank 0 of 1. What it raises fails the Tune trial, which Tune retries
+    (`search.max_failures`) from the last checkpoint reported."""
+    _train(config, 0, TuneReporter(), in_actor=True)
+
+
+def _train(config: dict[str, Any], rank: int, reporter: loop.Reporter, in_actor: bool) -> None:
     trial = as_trial(config["trial"])
     store = WorkStore.open(config["workdir"])
     trial_key = config["trial_dir"]
     output_dir = store.path(trial_key)
-    rank = ray.train.get_context().get_world_rank()
     try:
-        spec, dist = _landed(config)
+        spec, dist = _landed(config, in_actor)
         outcome = run_trial(
             spec, trial.method, trial.params, trial.seed, store.local, output_dir,
             prepared=fetch_inputs(store, config, spec), teacher=_teacher(store, config["teacher"]), dist=dist,
-            reporter=RayReporter(), log=lambda _: None,
+            reporter=reporter, log=lambda _: None,
             # a method's shared work lives in a node's folder, which the trial's other ranks (maybe
             # on other nodes) do not see when the work location is a URI: then only a one-worker
             # trial shares it (with the trials of its node), and a larger one builds its own

@@ -133,3 +133,19 @@ def test_sweeps_that_overlap_in_one_process_leave_the_callers_value_when_the_las
     b.__exit__(None, None, None)
     assert NO_TUNE_LOGGERS not in os.environ
     assert logging.getLogger("ray.tune.analysis.experiment_analysis").filters == []
+
+
+def test_a_trial_trained_in_its_actor_reserves_its_workers_resources_there():
+    from pipeline.config import spec_from_dict
+    from pipeline.search.ray_instance import DRIVER_RESOURCES
+    from pipeline.search.tuner import trial_resources
+
+    base = {"name": "s", "task": {"name": "sst2", "source": "glue_dir", "glue_dir": "/unused"},
+            "teacher": {"model": "bert-base-uncased"}, "methods": {"kd": {}}}
+
+    def resources(**r):
+        return trial_resources(spec_from_dict({**base, "resources": r}))
+
+    assert resources() == DRIVER_RESOURCES == {"cpu": 0, "memory": 2**30}  # a Train job's workers hold them
+    assert resources(trial_runner="tune-actor", cpus_per_worker=3) == {"cpu": 3, "memory": 2**30}
+    assert resources(trial_runner="tune-actor", use_gpu=True, gpus_per_worker=0.5) == {"cpu": 1, "gpu": 0.5, "memory": 2**30}
