@@ -15,6 +15,9 @@
 # any check failed. Checks, in order:
 #   cuda     a CUDA GPU is visible: names, compute capability, native bf16 (8.0+), a bf16 matmul,
 #            DeepSpeed's accelerator is cuda
+#   actor    one worker x 1 GPU trained in its Tune actor, no Ray Train job
+#            (resources.trial_runner: tune-actor; the actor's one visible GPU is its device): the kd
+#            trial finished
 #   ddp      DDP, bf16, 2 workers x 1 GPU (SKIP with fewer than 2 GPUs): the kd trial finished
 #   zero2    DeepSpeed ZeRO-2 (cluster/deepspeed/zero2-bf16.json), train.bf16: auto (decided once
 #            on the driver from the GPU type: its line shows the run's decision), grad_accumulation 2
@@ -49,10 +52,10 @@ BUDGET=${GPU_SMOKE_BUDGET:-450}
 SWEEP_CAP=${GPU_SMOKE_SWEEP_TIMEOUT:-180}
 RESERVE=40    # seconds kept for the export and latency checks
 MIN_SWEEP=45  # a sweep with less than this left is skipped, not started
-CHECKS=(cuda ddp zero2 theseus zero3 export latency)
+CHECKS=(cuda actor ddp zero2 theseus zero3 export latency)
 for only in ${GPU_SMOKE_ONLY:-}; do  # a misspelt name would skip every sweep and still pass
-  case $only in ddp|zero2|theseus|zero3) ;;
-    *) echo "gpu_smoke: GPU_SMOKE_ONLY: '$only' is not a sweep check (ddp, zero2, theseus, zero3)" >&2; exit 2 ;;
+  case $only in actor|ddp|zero2|theseus|zero3) ;;
+    *) echo "gpu_smoke: GPU_SMOKE_ONLY: '$only' is not a sweep check (actor, ddp, zero2, theseus, zero3)" >&2; exit 2 ;;
   esac
 done
 
@@ -61,7 +64,7 @@ read -r -d '' HELPER <<'PY'
 import json, sys, time
 from pathlib import Path
 
-SWEEP_CHECKS = ("ddp", "zero2", "theseus", "zero3")
+SWEEP_CHECKS = ("actor", "ddp", "zero2", "theseus", "zero3")
 
 
 def say(kind, detail):
@@ -180,8 +183,9 @@ def sweep(check, sweep_dir, started, rc, log, limit, seconds, strategy, workers)
     for _, row in frame.iterrows():
         outcome = json.loads((run_dir / "trials" / row["trial_id"] / "outcome.json").read_text())
         problems = []
-        if outcome.get("strategy") != strategy:
-            problems.append(f"strategy {outcome.get('strategy')}, expected {strategy}")
+        expected = "none" if strategy == "ddp" and int(workers) == 1 else strategy  # DDP alone is plain training
+        if outcome.get("strategy") != expected:
+            problems.append(f"strategy {outcome.get('strategy')}, expected {expected}")
         if outcome.get("world_size") != int(workers):
             problems.append(f"world size {outcome.get('world_size')}, expected {workers}")
         steps = int(outcome.get("steps") or 0)
@@ -415,6 +419,7 @@ sweep_check() {  # CHECK STRATEGY WORKERS [--set ...]: one small sweep, one line
   helper "$check" sweep "$check" "$WORKDIR/$name" "$STARTED" "$rc" "$log" "$limit" "$((SECONDS - t0))" "$strategy" "$workers"
 }
 
+sweep_check actor ddp 1 --set resources.trial_runner=tune-actor
 sweep_check ddp ddp 2
 sweep_check zero2 deepspeed "$WORKERS" --set resources.deepspeed.zero_stage=2 \
   --set "resources.deepspeed.preset=$PRESETS/zero2-bf16.json" --set train.grad_accumulation=2 --set train.bf16=auto

@@ -105,11 +105,12 @@ def test_gpu_smoke_script_specs_validate():
                          env={"PATH": "/usr/bin:/bin", "PYTHON": sys.executable})
     assert run.returncode == 0, run.stdout + run.stderr
     lines = run.stdout.splitlines()
-    checks = ["cuda", "ddp", "zero2", "theseus", "zero3", "export", "latency"]
+    checks = ["cuda", "actor", "ddp", "zero2", "theseus", "zero3", "export", "latency"]
     assert [line.split(":", 1)[0] for line in lines[:-1]] == [f"valid {check}" for check in checks], run.stdout
     assert lines[-1] == f"gpu_smoke --check: {len(checks)} valid, 0 invalid"
     sweeps = {line.split(":", 1)[0].split()[1]: line for line in lines if "(sweep 'gpu-" in line}
-    assert set(sweeps) == {"ddp", "zero2", "theseus", "zero3"}
+    assert set(sweeps) == {"actor", "ddp", "zero2", "theseus", "zero3"}
+    assert "resources.trial_runner=tune-actor" in sweeps["actor"] and "resources.workers_per_trial=1" in sweeps["actor"]
     assert "resources.workers_per_trial=2" in sweeps["ddp"] and "resources.strategy=ddp" in sweeps["ddp"]
     assert "zero_stage=2" in sweeps["zero2"] and "zero2-bf16.json" in sweeps["zero2"]
     assert "train.grad_accumulation=2" in sweeps["zero2"]
@@ -136,19 +137,20 @@ def said(*checks: str) -> str:
 
 
 def test_gpu_smoke_check_fails_for_a_check_the_validating_process_never_printed(tmp_path):
-    # all four lines: valid (the fake's lines stand in for drydock validate's)
-    run = smoke_check(tmp_path, said("ddp", "zero2", "theseus", "zero3"))
-    assert run.returncode == 0 and run.stdout.splitlines()[-1] == "gpu_smoke --check: 7 valid, 0 invalid", run.stdout
+    # all five lines: valid (the fake's lines stand in for drydock validate's)
+    run = smoke_check(tmp_path, said("actor", "ddp", "zero2", "theseus", "zero3"))
+    assert run.returncode == 0 and run.stdout.splitlines()[-1] == "gpu_smoke --check: 8 valid, 0 invalid", run.stdout
     # theseus's line missing (a line for a check not asked for, or a second one, stands for none)
-    run = smoke_check(tmp_path, said("ddp", "zero2", "zero3", "zero2", "bogus") + "\necho 'Killed' >&2\nexit 137")
+    run = smoke_check(tmp_path, said("actor", "ddp", "zero2", "zero3", "zero2", "bogus") + "\necho 'Killed' >&2\nexit 137")
     lines = run.stdout.splitlines()
-    assert run.returncode != 0 and lines[-1] == "gpu_smoke --check: 6 valid, 1 invalid", run.stdout
+    assert run.returncode != 0 and lines[-1] == "gpu_smoke --check: 7 valid, 1 invalid", run.stdout
     assert [line.split(":", 1)[0] for line in lines[:-1]] == [
-        "valid cuda", "valid ddp", "valid zero2", "invalid theseus", "valid zero3", "valid export", "valid latency"]
-    assert lines[3] == "invalid theseus: the validating process printed no line for it (exit 137; last output: Killed)"
+        "valid cuda", "valid actor", "valid ddp", "valid zero2", "invalid theseus", "valid zero3", "valid export",
+        "valid latency"]
+    assert lines[4] == "invalid theseus: the validating process printed no line for it (exit 137; last output: Killed)"
     # it printed nothing at all: every sweep check is invalid, none just uncounted
     run = smoke_check(tmp_path, "exit 1")
-    assert run.returncode != 0 and run.stdout.splitlines()[-1] == "gpu_smoke --check: 3 valid, 4 invalid", run.stdout
+    assert run.returncode != 0 and run.stdout.splitlines()[-1] == "gpu_smoke --check: 3 valid, 5 invalid", run.stdout
     assert "invalid ddp: the validating process printed no line for it (exit 1)" in run.stdout
 
 
@@ -167,10 +169,10 @@ def test_gpu_smoke_only_runs_the_sweep_checks_named(tmp_path):
                          capture_output=True, text=True,
                          env={"PATH": "/usr/bin:/bin", "PYTHON": str(fake), "GPU_SMOKE_ONLY": "zero3"})
     lines = run.stdout.splitlines()
-    assert lines[:5] == ["PASS cuda: one fake GPU", "SKIP ddp: not in GPU_SMOKE_ONLY=zero3",
+    assert lines[:6] == ["PASS cuda: one fake GPU", "SKIP actor: not in GPU_SMOKE_ONLY=zero3", "SKIP ddp: not in GPU_SMOKE_ONLY=zero3",
                          "SKIP zero2: not in GPU_SMOKE_ONLY=zero3", "SKIP theseus: not in GPU_SMOKE_ONLY=zero3",
                          "PASS zero3: ran zero3"], run.stdout + run.stderr
-    assert lines[-1] == "gpu_smoke: 4 passed, 0 failed, 3 skipped" and run.returncode == 0
+    assert lines[-1] == "gpu_smoke: 4 passed, 0 failed, 4 skipped" and run.returncode == 0
     sweeps = calls.read_text().splitlines()
     assert len(sweeps) == 1 and "name=gpu-zero3" in sweeps[0] and "zero_stage=3" in sweeps[0]
     # a misspelt name is refused before anything runs, rather than skipping every sweep and passing
@@ -179,7 +181,7 @@ def test_gpu_smoke_only_runs_the_sweep_checks_named(tmp_path):
                          capture_output=True, text=True,
                          env={"PATH": "/usr/bin:/bin", "PYTHON": str(fake), "GPU_SMOKE_ONLY": "zero3 zero-2"})
     assert run.returncode == 2 and run.stdout == "" and not calls.exists()
-    assert run.stderr.strip() == "gpu_smoke: GPU_SMOKE_ONLY: 'zero-2' is not a sweep check (ddp, zero2, theseus, zero3)"
+    assert run.stderr.strip() == "gpu_smoke: GPU_SMOKE_ONLY: 'zero-2' is not a sweep check (actor, ddp, zero2, theseus, zero3)"
 
 
 def test_gpu_smoke_names_the_last_real_progress_line_of_a_sweep_that_timed_out(tmp_path):
