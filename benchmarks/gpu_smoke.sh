@@ -15,15 +15,15 @@
 # any check failed. Checks, in order:
 #   cuda     a CUDA GPU is visible: names, compute capability, native bf16 (8.0+), a bf16 matmul,
 #            DeepSpeed's accelerator is cuda
-#   actor    one worker x 1 GPU trained in its Tune actor, no Ray Train job
-#            (resources.trial_runner: tune-actor; the actor's one visible GPU is its device): the kd
-#            trial finished
 #   ddp      DDP, bf16, 2 workers x 1 GPU (SKIP with fewer than 2 GPUs): the kd trial finished
 #   zero2    DeepSpeed ZeRO-2 (cluster/deepspeed/zero2-bf16.json), train.bf16: auto (decided once
 #            on the driver from the GPU type: its line shows the run's decision), grad_accumulation 2
 #   theseus  a multi-phase method under DeepSpeed ZeRO-2: theseus, constant replacing rate 0.5 for
 #            half of training, then successor fine-tuning (both rates seen in its MLflow run)
 #   zero3    DeepSpeed ZeRO-3 (cluster/deepspeed/zero3-bf16.json), bf16
+#   actor    one worker x 1 GPU trained in its Tune actor, no Ray Train job
+#            (resources.trial_runner: tune-actor; the first GPU Ray gave the actor is its device):
+#            the kd trial finished
 #   export   every finished trial's student loads with transformers with float32 weights (the
 #            safetensors, config.json and the loaded model) and its verification passed
 #            (export_max_abs_diff recorded and within the verifier's 1e-4 tolerance: the
@@ -52,10 +52,10 @@ BUDGET=${GPU_SMOKE_BUDGET:-450}
 SWEEP_CAP=${GPU_SMOKE_SWEEP_TIMEOUT:-180}
 RESERVE=40    # seconds kept for the export and latency checks
 MIN_SWEEP=45  # a sweep with less than this left is skipped, not started
-CHECKS=(cuda actor ddp zero2 theseus zero3 export latency)
+CHECKS=(cuda ddp zero2 theseus zero3 actor export latency)
 for only in ${GPU_SMOKE_ONLY:-}; do  # a misspelt name would skip every sweep and still pass
-  case $only in actor|ddp|zero2|theseus|zero3) ;;
-    *) echo "gpu_smoke: GPU_SMOKE_ONLY: '$only' is not a sweep check (actor, ddp, zero2, theseus, zero3)" >&2; exit 2 ;;
+  case $only in ddp|zero2|theseus|zero3|actor) ;;
+    *) echo "gpu_smoke: GPU_SMOKE_ONLY: '$only' is not a sweep check (ddp, zero2, theseus, zero3, actor)" >&2; exit 2 ;;
   esac
 done
 
@@ -64,7 +64,7 @@ read -r -d '' HELPER <<'PY'
 import json, sys, time
 from pathlib import Path
 
-SWEEP_CHECKS = ("actor", "ddp", "zero2", "theseus", "zero3")
+SWEEP_CHECKS = ("ddp", "zero2", "theseus", "zero3", "actor")
 
 
 def say(kind, detail):
@@ -419,7 +419,6 @@ sweep_check() {  # CHECK STRATEGY WORKERS [--set ...]: one small sweep, one line
   helper "$check" sweep "$check" "$WORKDIR/$name" "$STARTED" "$rc" "$log" "$limit" "$((SECONDS - t0))" "$strategy" "$workers"
 }
 
-sweep_check actor ddp 1 --set resources.trial_runner=tune-actor
 sweep_check ddp ddp 2
 sweep_check zero2 deepspeed "$WORKERS" --set resources.deepspeed.zero_stage=2 \
   --set "resources.deepspeed.preset=$PRESETS/zero2-bf16.json" --set train.grad_accumulation=2 --set train.bf16=auto
@@ -428,6 +427,7 @@ sweep_check theseus deepspeed "$WORKERS" --set resources.deepspeed.zero_stage=2 
   --set "methods={theseus: {schedule: constant, base_rate: 0.5, replacing_fraction: 0.5}}"
 sweep_check zero3 deepspeed "$WORKERS" --set resources.deepspeed.zero_stage=3 \
   --set "resources.deepspeed.preset=$PRESETS/zero3-bf16.json"
+sweep_check actor ddp 1 --set resources.trial_runner=tune-actor
 
 if [[ $MODE == check ]]; then
   # The validating process prints one `OK|BAD<tab>CHECK<tab>...` line per sweep check. A check it

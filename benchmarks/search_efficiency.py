@@ -7,8 +7,8 @@ The table (parquet, one row per configuration of a grid sweep over a joint space
 run): `config_id` (`pipeline.search.space.config_id`), `method`, `params` (JSON of the study's
 parameters, `{"method": ..., "<method>.<param>": ...}`), `seed_metrics` (the metric per seed, in
 the spec's seed order), `metric` (their mean), `latency_ms` (what the search sees,
-`pipeline.search.search_latency`: the student timed once per architecture in each runtime of
-`--runtimes`, the fastest; by default the quickstart's `[torch, onnxruntime-int8]`),
+`pipeline.search.search_latency`: the student timed once per architecture in eager fp32 and
+ONNX Runtime int8, the quickstart's `selection.runtimes`, the faster of the two),
 `latency_by_runtime` (JSON, each runtime's p50), and the references `teacher_metric`,
 `teacher_latency_ms` (eager fp32: the hypervolume's reference and every speedup's denominator in
 the report), `teacher_int8_ms` (the teacher's own ONNX Runtime int8 export: what a user gets

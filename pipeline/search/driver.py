@@ -77,10 +77,7 @@ def trial_driver(config: dict[str, Any], shared: SearchContext) -> None:
             "teacher": shared.teacher, "prepared": shared.prepared, "deepspeed_preset": shared.deepspeed_preset,
         }
         if shared.in_actor:
-            # what it raises is a Tune failure: Tune retries the trial from its last checkpoint,
-            # as Train retries a worker; the worker has recorded it as failed first
-            train_here(worker_config)
-            failure = None
+            failure = _train_in_actor(worker_config, store, trial_key, outcome, shared.resources.max_failures)
         else:
             failure = run_train(train_worker, worker_config, shared.resources, name=f"train-{key}",
                                 storage_path=shared.train_storage, on_report=tune.report)
@@ -90,9 +87,31 @@ def trial_driver(config: dict[str, Any], shared: SearchContext) -> None:
             outcome = {"status": "failed", "error": error or "the trial ended without an outcome"}
             write_outcome(store.path(trial_key), outcome)
             store.push(f"{trial_key}/{OUTCOME_FILE}")
-    # which node drove the trial (its Train controller runs there too), for the trial's run
+    # which node drove the trial (its Train controller runs there too, or it trained here), for the trial's run
     driver_node = ray.get_runtime_context().get_node_id()
     tune.report({"drydock_final": 1.0, shared.metric_key: _number(outcome.get("metric")), "driver_node_id": driver_node})
+
+
+def _train_in_actor(worker_config: dict[str, Any], store: WorkStore, trial_key: str, before: dict[str, Any] | None,
+                    max_failures: int) -> Exception | None:
+    """The trial trained here; what it raised, once its retries are spent (None: it ended).
+
+    As Train retries a worker: while `search.max_failures` allows, the exception fails this Tune
+    trial and Tune retries it from its last checkpoint; the failed outcome the worker wrote counts
+    the attempt (`attempt`), so the next try knows. The last one returns the error: the trial
+    ends normally with its failed outcome, as a Train job's does (an errored Tune trial would be
+    trained again by `--resume`)."""
+    try:
+        train_here(worker_config)
+        return None
+    except Exception as e:
+        attempt = int((before or {}).get("attempt", 0)) + 1
+        if attempt > max_failures:
+            return e
+        recorded = _outcome(store, trial_key) or {"status": "failed", "error": f"{type(e).__name__}: {e}"}
+        write_outcome(store.path(trial_key), {**recorded, "attempt": attempt})
+        store.push(f"{trial_key}/{OUTCOME_FILE}")
+        raise
 
 
 def _outcome(store: WorkStore, trial_key: str) -> dict[str, Any] | None:

@@ -225,9 +225,11 @@ def max_concurrent(spec: SweepSpec, log: Callable[[str], None] = print, resource
         # An autoscaling cluster may start smaller than it grows: trust the spec's number, but say
         # what happens to the trials the cluster cannot hold yet.
         if wanted > fits:
+            # a trial trained in its actor waits as a pending Tune trial, without limit
+            wait = ("as long as it takes (resources.trial_runner: tune-actor)" if r.trial_runner == "tune-actor"
+                    else f"{_patience(r.start_patience_s)} (resources.start_patience_s) before it fails")
             log(f"search: max_concurrent_trials is {wanted}, but the Ray cluster holds {fits} trial(s) now "
-                f"({capacity:g} {kind}s, {per_trial:g} per trial); the others wait for it to grow, each "
-                f"{_patience(r.start_patience_s)} (resources.start_patience_s) before it fails")
+                f"({capacity:g} {kind}s, {per_trial:g} per trial); the others wait for it to grow, each {wait}")
         return wanted
     if fits < 1:
         raise DrydockError(

@@ -136,7 +136,8 @@ def make_tuner(
         log(f"resume: continuing run {run.paths.run_id} (finished trials are kept)")
         tuner = tune.Tuner.restore(storage.experiment_path, trainable=trainable, resume_errored=True, param_space=param_space)
         assert tuner._local_tuner is not None  # a local Tuner, not a Ray Client one
-        tuner._local_tuner._run_config.callbacks = [callback, progress]  # callbacks are not restored: attach ours again
+        # callbacks are not restored: attach ours again
+        tuner._local_tuner._run_config.callbacks = [callback, progress, CheckpointPruner(spec.train.keep_checkpoints)]
         if searcher is not None:  # tuner.pkl holds a stand-in (`ConfigurationSearcher.__reduce__`); Tune restores its records into this one
             tuner._local_tuner._tune_config.search_alg = searcher
         return tuner
@@ -148,17 +149,44 @@ def make_tuner(
         tune_config=tune.TuneConfig(scheduler=scheduler(spec, context.metric_key), max_concurrent_trials=concurrency,
                                     reuse_actors=spec.search.scheduler == "fifo", search_alg=searcher, num_samples=samples),
         run_config=tune.RunConfig(
-            name=storage.tune_name, storage_path=storage.root, callbacks=[callback, progress],
+            name=storage.tune_name, storage_path=storage.root,
+            callbacks=[callback, progress, CheckpointPruner(spec.train.keep_checkpoints)],
             # Train retries lost workers inside a trial; Tune retries a trial whose driver died
             # (its node was lost), and the new driver's Train run, same name and storage, resumes
             # from the trial's last checkpoint. A trial whose training raises is not a Tune
-            # failure: its driver records it and reports normally.
+            # failure once its retries are spent: its driver records it and reports normally
+            # (trained in its actor, the retries before are Tune's: `driver._train_in_actor`).
             failure_config=tune.FailureConfig(max_failures=spec.search.max_failures), verbose=0,
-            # the checkpoints a trial trained in its actor reports to Tune (`trial_runner: tune-actor`);
-            # a Train job keeps its own by the same setting (`pipeline.search.trainer.run_train`)
-            checkpoint_config=tune.CheckpointConfig(num_to_keep=spec.train.keep_checkpoints),
         ),
     )
+
+
+class CheckpointPruner(tune.Callback):
+    """Keeps `train.keep_checkpoints` of each trial's Tune checkpoints (a trial trained in its
+    actor, `resources.trial_runner: tune-actor`, reports them to Tune; a Train job keeps its own,
+    `pipeline.search.trainer.run_train`), deleting older ones as newer ones register.
+
+    Not Tune's `CheckpointConfig(num_to_keep=...)`: with it set, Tune forces an experiment-state
+    snapshot and a sync to storage every `num_to_keep` trial checkpoints (`sync_every_n_trial_checkpoints`,
+    ray/tune/execution/tune_controller.py and experiment_state.py, Ray 2.60), so with 1 every
+    evaluation of every trial rewrote and uploaded the whole sweep's state. A snapshot can then
+    name a checkpoint deleted since; the worker resumes from the newest one left
+    (`pipeline.search.worker.TuneReporter`)."""
+
+    def __init__(self, keep: int) -> None:
+        self.keep = keep
+        self.kept: dict[str, list[Any]] = {}
+
+    def __reduce__(self):
+        return (CheckpointPruner, (self.keep,))  # what it has seen is not kept across a restore
+
+    def on_checkpoint(self, iteration: int, trials: list[Any], trial: Any, checkpoint: Any, **info: Any) -> None:
+        kept = self.kept.setdefault(trial.trial_id, [])
+        kept.append(checkpoint)
+        while len(kept) > self.keep:
+            old = kept.pop(0)
+            with contextlib.suppress(OSError):  # gone already: nothing to keep from
+                old.filesystem.delete_dir(old.path)
 
 
 def trial_resources(spec: SweepSpec) -> dict[str, float]:

@@ -11,6 +11,7 @@ outcome last.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import tempfile
@@ -78,8 +79,29 @@ class TuneReporter:
         checkpoint = tune.get_checkpoint()
         if checkpoint is None:
             return None
-        path = Path(checkpoint.to_directory())
+        try:
+            path = Path(checkpoint.to_directory())
+        except OSError:  # deleted as a newer one registered, after the state Tune restored was saved
+            newer = newest_checkpoint_beside(checkpoint)
+            if newer is None:
+                return None
+            path = Path(newer.to_directory())
         return path if (path / loop.CHECKPOINT_FILE).is_file() else None
+
+
+def newest_checkpoint_beside(checkpoint: Any) -> Any | None:
+    """The newest `checkpoint_*` folder of the trial that still exists, as a Tune checkpoint
+    (`pipeline.search.tuner.CheckpointPruner` keeps only the latest few)."""
+    import posixpath
+
+    import pyarrow.fs
+    from ray import tune
+
+    fs, parent = checkpoint.filesystem, posixpath.dirname(checkpoint.path.rstrip("/"))
+    found = fs.get_file_info(pyarrow.fs.FileSelector(parent, allow_not_found=True))
+    names = sorted(i.path for i in found if i.type == pyarrow.fs.FileType.Directory
+                   and posixpath.basename(i.path).startswith("checkpoint_"))
+    return tune.Checkpoint(names[-1], filesystem=fs) if names else None
 
 
 def _landed(config: dict[str, Any], in_actor: bool = False) -> tuple[SweepSpec, Distributed]:
@@ -98,8 +120,8 @@ def _distributed(resources: ResourcesConfig, preset: dict[str, Any] | None, worl
                  in_actor: bool = False) -> Distributed:
     if resources.use_gpu:
         require_cuda_on_every_rank(world, rank)
-        if in_actor:  # Ray made the actor's GPUs its only visible ones: the first is its own
-            device = torch.device("cuda", 0)
+        if in_actor:
+            device = actor_gpu()
         else:
             from ray.train.torch import get_device
 
@@ -115,6 +137,17 @@ def _distributed(resources: ResourcesConfig, preset: dict[str, Any] | None, worl
     )
 
 
+def actor_gpu() -> torch.device:
+    """The first GPU Ray gave this actor, as torch numbers it: Ray makes the actor's GPUs its only
+    visible ones (`CUDA_VISIBLE_DEVICES`), unless told not to, when torch sees every GPU (as
+    `ray.train.torch.get_device` maps it)."""
+    ids = [str(i) for i in ray.get_gpu_ids()]
+    visible = [d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d]
+    if not ids:
+        return torch.device("cuda", 0)
+    return torch.device("cuda", visible.index(ids[0]) if ids[0] in visible else int(ids[0]))
+
+
 def require_cuda_on_every_rank(world_size: int, rank: int) -> None:
     """With `use_gpu`, every rank must see CUDA (the sweep checked one GPU node; this one may
     differ). If one does not, every rank raises the same error, naming the ranks without it.
@@ -128,7 +161,7 @@ def require_cuda_on_every_rank(world_size: int, rank: int) -> None:
         mine = f"rank {rank} ({ray.util.get_node_ip_address()}) sees no CUDA device with torch {torch.__version__}"
     missing = [problem for problem in _gathered("cuda", mine, world_size, rank) if problem]
     if missing:
-        raise DrydockError(f"resources.use_gpu: the Train workers were given GPUs, but {'; '.join(missing)}; "
+        raise DrydockError(f"resources.use_gpu: the trial's workers were given GPUs, but {'; '.join(missing)}; "
                            "a trial will not train on the CPU")
 
 
@@ -167,9 +200,15 @@ def train_worker(config: dict[str, Any]) -> None:
 
 def actor_worker(config: dict[str, Any]) -> None:
     """A one-worker trial in its Tune actor (`resources.trial_runner: tune-actor`): the same work
-    as a Train worker's, rank 0 of 1. What it raises fails the Tune trial, which Tune retries
-    (`search.max_failures`) from the last checkpoint reported."""
-    _train(config, 0, TuneReporter(), in_actor=True)
+    as a Train worker's, rank 0 of 1 (`pipeline.search.driver._train_in_actor` retries what it
+    raises). The actor may train the next trial (FIFO reuses it): what this one held on a GPU
+    goes back to the device, as a Train worker's would with its process."""
+    try:
+        _train(config, 0, TuneReporter(), in_actor=True)
+    finally:
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
 
 
 def _train(config: dict[str, Any], rank: int, reporter: loop.Reporter, in_actor: bool) -> None:

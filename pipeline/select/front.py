@@ -134,11 +134,13 @@ def choose_champion(table: pd.DataFrame, budget: SelectionConfig | None, columns
 
 def exact_ties(table: pd.DataFrame, columns: Columns = CONFIGS) -> list[tuple[pd.Series, pd.DataFrame]]:
     """The rows grouped by their exact point (metric, latency interval, size where the table has
-    one), in the order of each point's first row: per point, the row the champion rule picks
+    one, and the figures the budget is judged on), in the order of each point's first row: per point, the row the champion rule picks
     among them (`choose_champion` without a budget) and the others, tied with it."""
     points: dict[tuple[float, ...], list[int]] = {}
-    for position, c in enumerate(candidates(table, columns)):
-        points.setdefault((c.metric, c.latency.low, c.latency.high, c.size), []).append(position)
+    budget = [table[columns.budget_latency].map(number), table[columns.budget_speedup].map(number)] if len(table) else [[], []]
+    for position, (c, *figures) in enumerate(zip(candidates(table, columns), *budget, strict=True)):
+        # the budget's figures too: rows that differ there are not one choice for the champion rule
+        points.setdefault((c.metric, c.latency.low, c.latency.high, c.size, *figures), []).append(position)
     groups = []
     for positions in points.values():
         group = table.iloc[positions].reset_index(drop=True)

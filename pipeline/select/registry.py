@@ -468,6 +468,9 @@ class Registration:
         return tags
 
 
+FRONT_TIES = "front_ties"  # how many other configurations of the front the version stands for
+
+
 def register_config(reg: Registration, config, ties: int = 0) -> str | None:
     """The configuration's served export (its best seed) as an eager version, once; its tags
     refreshed when it is already registered (more seeds may have moved the mean since). None
@@ -481,11 +484,13 @@ def register_config(reg: Registration, config, ties: int = 0) -> str | None:
         return None
     tags = reg.tags_of(config, folder)
     if ties:
-        tags["front_ties"] = str(ties)
+        tags[FRONT_TIES] = str(ties)
     existing = find_version(client, name, str(config["best_student_path"]))
     if existing is not None:
         for key, value in tags.items():
             client.set_model_version_tag(name, existing.version, key, value)
+        if not ties and FRONT_TIES in existing.tags:  # tied in an earlier round, alone now
+            client.delete_model_version_tag(name, existing.version, FRONT_TIES)
         return str(existing.version)
     model_uri, used = log_student(folder, reg.run_of(config), max_length=reg.max_length, pair=reg.pair, flavor=reg.flavor,
                                   log=reg.log)

@@ -44,6 +44,7 @@ from pipeline.errors import DrydockError
 from pipeline.measure.engines import file_sha256, onnx_files
 from pipeline.measure.job import runner_name
 from pipeline.measure.runtimes import RUNTIMES, pyfunc_module
+from pipeline.select.front import VARIANTS, exact_ties
 from pipeline.select.registry import (
     DEVICE_TAG,
     EAGER_RUNTIME,
@@ -198,10 +199,21 @@ def register_variant_front(reg: Registration, variants: pd.DataFrame, configs: p
     no variant qualifies or the champion's could not be registered."""
     marked = served_front(variants, configs, budget)
     by_trial = {str(c["best_trial_id"]): c for _, c in configs.iterrows()}
-    for _, row in marked[marked["pareto"].fillna(False).astype(bool)].iterrows():
-        version = register_variant(reg, by_trial[str(row["trial_id"])], row, variants, outcome)
-        if version is not None:
+    # variants at exactly one point (students of one architecture whose scores tie, each runtime
+    # timed once per architecture) are one version, as tied configurations are (`register_front`)
+    for first, tied in exact_ties(marked[marked["pareto"].fillna(False).astype(bool)], VARIANTS):
+        point = [first, *(row for _, row in tied.iterrows())]
+        version = None
+        for row in point:  # the tie-break's choice, or the next whose export is still there
+            if (version := register_variant(reg, by_trial[str(row["trial_id"])], row, variants, outcome)) is not None:
+                break
+        if version is None:
+            continue
+        for row in point:
             outcome.variants[runner_name(str(row["trial_id"]), str(row["runtime"]))] = version
+        if len(point) > 1:
+            reg.log(f"registry: {len(point) - 1} other variant(s) of the front tie exactly with "
+                    f"{runner_name(str(first['trial_id']), str(first['runtime']))}: v{version} serves them all")
     champion = variant_champion(marked, budget)
     if champion is None:
         return None, "no runtime variant of a served export is within the budget"

@@ -189,6 +189,32 @@ def test_configurations_tied_exactly_on_the_front_are_registered_once(store, tmp
     assert any(f"2 other configuration(s) of the front tie exactly with {chosen.champion['config']}" in line for line in said)
 
 
+def test_tied_variants_on_the_front_are_registered_once_too(store, tmp_path, tiny_tokenizer):
+    """With runtime variants (the CPU default), the int8 exports of tied configurations, timed once
+    per architecture and scoring alike, are one point of the variants' front: one version."""
+    from pipeline.measure.engines import build_variant
+
+    uri, client, experiment = store
+    folders = [stock_student(tmp_path / f"s{i}", tiny_tokenizer, seed=i) for i in range(3)]
+    rows = [trial(f"kd{i}-s0", "kd", 0, 0.80, 4.0, folders[i], new_run(client, experiment, f"kd{i}"), alpha=a)
+            for i, a in enumerate((0.1, 0.5, 0.9))]
+    int8 = [build_variant(folders[i], "onnxruntime-int8", tmp_path / "variants" / f"kd{i}-s0") for i in range(3)]
+    table = variants_of([variant("teacher", "torch", 0.85, 10.0, tmp_path / "teacher")]
+                        + [variant(f"kd{i}-s0", "torch", 0.80, 4.0, folders[i]) for i in range(3)]
+                        + [variant(f"kd{i}-s0", "onnxruntime-int8", 0.81, 2.0, int8[i].path) for i in range(3)])
+    chosen = select(results_table.to_frame(rows), SelectionConfig())
+    said: list[str] = []
+    outcome = register_front(uri, "students", chosen.front, chosen.champion, sweep="test-sweep", experiment_id=experiment,
+                             measurements={}, max_length=128, pair=False, budget=SelectionConfig(), log=said.append,
+                             variants_front=VariantFront(table, chosen.configs, SelectionConfig()))
+    assert len(set(outcome.versions.values())) == 1 and len(outcome.versions) == 3  # one eager version for the point
+    assert sorted(outcome.variants) == [f"kd{i}-s0/onnxruntime-int8" for i in range(3)]
+    assert len(set(outcome.variants.values())) == 1  # one int8 version serves the three
+    assert len(client.search_model_versions("name = 'students'")) == 2
+    assert any("2 other variant(s) of the front tie exactly with kd0-s0/onnxruntime-int8" in line for line in said), said
+    assert outcome.decision.version == outcome.variants["kd0-s0/onnxruntime-int8"]
+
+
 def test_a_champion_outside_the_current_budget_gives_way(store, tmp_path, tiny_tokenizer):
     uri, client, experiment = store
     folders = [stock_student(tmp_path / f"s{i}", tiny_tokenizer, seed=i) for i in range(3)]

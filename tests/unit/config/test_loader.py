@@ -105,7 +105,7 @@ def test_gpu_smoke_script_specs_validate():
                          env={"PATH": "/usr/bin:/bin", "PYTHON": sys.executable})
     assert run.returncode == 0, run.stdout + run.stderr
     lines = run.stdout.splitlines()
-    checks = ["cuda", "actor", "ddp", "zero2", "theseus", "zero3", "export", "latency"]
+    checks = ["cuda", "ddp", "zero2", "theseus", "zero3", "actor", "export", "latency"]
     assert [line.split(":", 1)[0] for line in lines[:-1]] == [f"valid {check}" for check in checks], run.stdout
     assert lines[-1] == f"gpu_smoke --check: {len(checks)} valid, 0 invalid"
     sweeps = {line.split(":", 1)[0].split()[1]: line for line in lines if "(sweep 'gpu-" in line}
@@ -145,9 +145,9 @@ def test_gpu_smoke_check_fails_for_a_check_the_validating_process_never_printed(
     lines = run.stdout.splitlines()
     assert run.returncode != 0 and lines[-1] == "gpu_smoke --check: 7 valid, 1 invalid", run.stdout
     assert [line.split(":", 1)[0] for line in lines[:-1]] == [
-        "valid cuda", "valid actor", "valid ddp", "valid zero2", "invalid theseus", "valid zero3", "valid export",
+        "valid cuda", "valid ddp", "valid zero2", "invalid theseus", "valid zero3", "valid actor", "valid export",
         "valid latency"]
-    assert lines[4] == "invalid theseus: the validating process printed no line for it (exit 137; last output: Killed)"
+    assert lines[3] == "invalid theseus: the validating process printed no line for it (exit 137; last output: Killed)"
     # it printed nothing at all: every sweep check is invalid, none just uncounted
     run = smoke_check(tmp_path, "exit 1")
     assert run.returncode != 0 and run.stdout.splitlines()[-1] == "gpu_smoke --check: 3 valid, 5 invalid", run.stdout
@@ -169,9 +169,9 @@ def test_gpu_smoke_only_runs_the_sweep_checks_named(tmp_path):
                          capture_output=True, text=True,
                          env={"PATH": "/usr/bin:/bin", "PYTHON": str(fake), "GPU_SMOKE_ONLY": "zero3"})
     lines = run.stdout.splitlines()
-    assert lines[:6] == ["PASS cuda: one fake GPU", "SKIP actor: not in GPU_SMOKE_ONLY=zero3", "SKIP ddp: not in GPU_SMOKE_ONLY=zero3",
+    assert lines[:6] == ["PASS cuda: one fake GPU", "SKIP ddp: not in GPU_SMOKE_ONLY=zero3",
                          "SKIP zero2: not in GPU_SMOKE_ONLY=zero3", "SKIP theseus: not in GPU_SMOKE_ONLY=zero3",
-                         "PASS zero3: ran zero3"], run.stdout + run.stderr
+                         "PASS zero3: ran zero3", "SKIP actor: not in GPU_SMOKE_ONLY=zero3"], run.stdout + run.stderr
     assert lines[-1] == "gpu_smoke: 4 passed, 0 failed, 4 skipped" and run.returncode == 0
     sweeps = calls.read_text().splitlines()
     assert len(sweeps) == 1 and "name=gpu-zero3" in sweeps[0] and "zero_stage=3" in sweeps[0]
@@ -181,7 +181,7 @@ def test_gpu_smoke_only_runs_the_sweep_checks_named(tmp_path):
                          capture_output=True, text=True,
                          env={"PATH": "/usr/bin:/bin", "PYTHON": str(fake), "GPU_SMOKE_ONLY": "zero3 zero-2"})
     assert run.returncode == 2 and run.stdout == "" and not calls.exists()
-    assert run.stderr.strip() == "gpu_smoke: GPU_SMOKE_ONLY: 'zero-2' is not a sweep check (actor, ddp, zero2, theseus, zero3)"
+    assert run.stderr.strip() == "gpu_smoke: GPU_SMOKE_ONLY: 'zero-2' is not a sweep check (ddp, zero2, theseus, zero3, actor)"
 
 
 def test_gpu_smoke_names_the_last_real_progress_line_of_a_sweep_that_timed_out(tmp_path):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pickle
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -149,3 +150,29 @@ def test_a_trial_trained_in_its_actor_reserves_its_workers_resources_there():
     assert resources() == DRIVER_RESOURCES == {"cpu": 0, "memory": 2**30}  # a Train job's workers hold them
     assert resources(trial_runner="tune-actor", cpus_per_worker=3) == {"cpu": 3, "memory": 2**30}
     assert resources(trial_runner="tune-actor", use_gpu=True, gpus_per_worker=0.5) == {"cpu": 1, "gpu": 0.5, "memory": 2**30}
+
+
+def test_the_pruner_keeps_each_trials_latest_checkpoints_and_the_worker_resumes_from_the_newest_left(tmp_path):
+    from types import SimpleNamespace
+
+    from ray import tune
+
+    from pipeline.search.tuner import CheckpointPruner
+    from pipeline.search.worker import newest_checkpoint_beside
+
+    def checkpoint(trial: str, n: int) -> tune.Checkpoint:
+        folder = tmp_path / trial / f"checkpoint_{n:06d}"
+        folder.mkdir(parents=True)
+        return tune.Checkpoint.from_directory(str(folder))
+
+    pruner = CheckpointPruner(keep=2)
+    a, b = SimpleNamespace(trial_id="a"), SimpleNamespace(trial_id="b")
+    for n in range(4):
+        pruner.on_checkpoint(0, [], a, checkpoint("a", n))
+    pruner.on_checkpoint(0, [], b, checkpoint("b", 0))
+    assert sorted(p.name for p in (tmp_path / "a").iterdir()) == ["checkpoint_000002", "checkpoint_000003"]
+    assert [p.name for p in (tmp_path / "b").iterdir()] == ["checkpoint_000000"]  # each trial its own
+    # a restored sweep's state may name one deleted since: the newest that is left is resumed from
+    gone = tune.Checkpoint(str(tmp_path / "a" / "checkpoint_000001"))
+    assert Path(newest_checkpoint_beside(gone).path).name == "checkpoint_000003"
+    assert newest_checkpoint_beside(tune.Checkpoint(str(tmp_path / "c" / "checkpoint_000000"))) is None
