@@ -137,7 +137,8 @@ def exact_ties(table: pd.DataFrame, columns: Columns = CONFIGS) -> list[tuple[pd
     one, and the figures the budget is judged on), in the order of each point's first row: per point, the row the champion rule picks
     among them (`choose_champion` without a budget) and the others, tied with it."""
     points: dict[tuple[float, ...], list[int]] = {}
-    budget = [table[columns.budget_latency].map(number), table[columns.budget_speedup].map(number)] if len(table) else [[], []]
+    budget: list[list[float]] = [[number(v) for v in table[column]] if len(table) else []
+                                 for column in (columns.budget_latency, columns.budget_speedup)]
     for position, (c, *figures) in enumerate(zip(candidates(table, columns), *budget, strict=True)):
         # the budget's figures too: rows that differ there are not one choice for the champion rule
         points.setdefault((c.metric, c.latency.low, c.latency.high, c.size, *figures), []).append(position)
