@@ -146,6 +146,9 @@ def exact_ties(table: pd.DataFrame, columns: Columns = CONFIGS) -> list[tuple[pd
     for positions in points.values():
         group = table.iloc[positions].reset_index(drop=True)
         chosen = choose_champion(group, None, columns) if len(group) > 1 else None
-        first = group.iloc[0] if chosen is None else chosen
-        groups.append((first, group.drop(index=first.name)))
+        at = 0 if chosen is None else int(chosen.name)
+        # the row as `iterrows` gives it, as callers had it before ties were grouped: Python
+        # scalars, where `iloc` keeps numpy's (np.float64(0.81) in a tag's text)
+        first = next(row for i, row in group.iterrows() if i == at)
+        groups.append((first, group.drop(index=at)))
     return groups

@@ -185,6 +185,7 @@ def test_configurations_tied_exactly_on_the_front_are_registered_once(store, tmp
     assert len(tied_keys) == 3 and len({outcome.versions[k] for k in tied_keys}) == 1  # one version serves the point
     version = client.get_model_version("students", outcome.versions[next(iter(tied_keys))])
     assert version.tags["front_ties"] == "2" and version.tags["config"] == chosen.champion["config"]
+    assert version.tags["metric"] == "0.8" and version.tags["latency_ms"] == "4.0"  # plain numbers, not numpy's text
     assert str(client.get_model_version_by_alias("students", CHAMPION).version) == str(version.version)
     assert any(f"2 other configuration(s) of the front tie exactly with {chosen.champion['config']}" in line for line in said)
 
