@@ -32,7 +32,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, cast
 
 import pandas as pd
 
@@ -146,7 +146,7 @@ def exact_ties(table: pd.DataFrame, columns: Columns = CONFIGS) -> list[tuple[pd
     for positions in points.values():
         group = table.iloc[positions].reset_index(drop=True)
         chosen = choose_champion(group, None, columns) if len(group) > 1 else None
-        at = 0 if chosen is None else int(chosen.name)
+        at = 0 if chosen is None else cast(int, chosen.name)  # the group's own index: 0, 1, ...
         # the row as `iterrows` gives it, as callers had it before ties were grouped: Python
         # scalars, where `iloc` keeps numpy's (np.float64(0.81) in a tag's text)
         first = next(row for i, row in group.iterrows() if i == at)
