@@ -23,7 +23,7 @@ def test_a_driver_without_a_gpu_times_each_architecture_on_a_gpu_node_from_the_s
         ray.shutdown()
     monkeypatch.setenv("DRYDOCK_CACHE_DIR", str(tmp_path / "driver-cache"))
     store = WorkStore.open((tmp_path / "bucket").as_uri())
-    for depth in (1, 2):
+    for depth in (1, 8):  # 8 layers: far enough apart that a tiny model's timing noise cannot swap them
         make_tiny_bert(num_layers=depth).save_pretrained(store.path(f"trials/kd-{depth}/student"))
         store.push(f"trials/kd-{depth}/student")
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
@@ -34,7 +34,7 @@ def test_a_driver_without_a_gpu_times_each_architecture_on_a_gpu_node_from_the_s
         settings = LatencyConfig(batch_size=4, seq_length=16, shapes=["4x16"], min_runs=3, min_seconds=0.2, warmup=1, threads=1)
         latency = SearchLatency(store, "trials", settings, window_s=0.1, on_gpu_node=True)
         shallow = latency.of_folder(store.path("trials/kd-1/student"))
-        deep = latency.of_folder(store.path("trials/kd-2/student"))
+        deep = latency.of_folder(store.path("trials/kd-8/student"))
     finally:
         ray.shutdown()
         cluster.shutdown()
