@@ -171,15 +171,21 @@ class Verifier:
 
     def __init__(self) -> None:
         env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-        env.update({"HF_HUB_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "error", "TOKENIZERS_PARALLELISM": "false"})
+        env.update({"HF_HUB_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "error", "TOKENIZERS_PARALLELISM": "false",
+                    "TQDM_DISABLE": "1"})  # transformers' weight-loading bar, once per model
         self._tmp = tempfile.TemporaryDirectory()
+        # Its stderr goes to a file, read back only to explain a failure: a pipe nobody reads
+        # fills (64 KiB), and the process then blocks on its next write, the sweep waiting on its
+        # answer for ever; transformers' loading bar filled it after some hundred students
+        # (benchmarks/sweep_scale.py, N = 1,000, 2026-12-05).
+        self._stderr = open(Path(self._tmp.name) / "stderr.txt", "w+", encoding="utf-8", errors="replace")  # noqa: SIM115
         self._proc = subprocess.Popen(
             [sys.executable, "-I", "-c", _VERIFY_SCRIPT], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, text=True, env=env, cwd=self._tmp.name,
+            stderr=self._stderr, text=True, env=env, cwd=self._tmp.name,
         )
-        # all three are pipes (subprocess.PIPE); Popen types each as optional
-        assert self._proc.stdin is not None and self._proc.stdout is not None and self._proc.stderr is not None
-        self._stdin, self._stdout, self._stderr = self._proc.stdin, self._proc.stdout, self._proc.stderr
+        # both are pipes (subprocess.PIPE); Popen types each as optional
+        assert self._proc.stdin is not None and self._proc.stdout is not None
+        self._stdin, self._stdout = self._proc.stdin, self._proc.stdout
         self._count = 0
         # Not waited for here: a sweep starts its verifier beside the first trials, and Tune's
         # event loop (which runs our callback) waits only if an export is ready before the verifier.
@@ -188,14 +194,20 @@ class Verifier:
     def _wait_ready(self) -> None:
         if not self._ready:
             if self._readline() != "ready":
-                raise ExportMismatch(f"the verification process did not start:\n{self._stderr.read()[-2000:]}")
+                raise ExportMismatch(f"the verification process did not start:\n{self._said()}")
             self._ready = True
 
     def _readline(self) -> str:
         line = self._stdout.readline()
         if not line:
-            raise ExportMismatch(f"the verification process died:\n{self._stderr.read()[-2000:]}")
+            raise ExportMismatch(f"the verification process died:\n{self._said()}")
         return line.strip()
+
+    def _said(self) -> str:
+        """The end of what the process wrote to stderr."""
+        self._stderr.flush()
+        self._stderr.seek(0)
+        return self._stderr.read()[-2000:]
 
     def logits(self, folder: Path, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         # absolute: the fresh process runs in its own temporary directory, where a relative
@@ -224,6 +236,7 @@ class Verifier:
                 self._proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 self._proc.kill()
+        self._stderr.close()
         self._tmp.cleanup()
 
     def __enter__(self) -> Verifier:

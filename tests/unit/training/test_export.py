@@ -58,3 +58,38 @@ def test_the_reference_logits_come_from_a_float32_cpu_copy_and_leave_the_trained
     got = reference_logits(model, batch)
     assert got.dtype == torch.float32 and torch.equal(got, in_float32)
     assert model.training and next(model.parameters()).dtype == torch.bfloat16
+
+
+# A stand-in for the verification process's script: it writes more to stderr than a pipe holds
+# (64 KiB) before every answer, as transformers' loading bars did over a sweep's hundreds of
+# students, then answers zeros; asked for "die", it says why on stderr and exits.
+NOISY_VERIFIER = r"""
+import json, sys
+import torch
+from safetensors.torch import save_file
+print("ready", flush=True)
+for line in sys.stdin:
+    folder, batch_file, out_file, trust = json.loads(line)
+    if folder.endswith("die"):
+        sys.stderr.write("the reason it died\n")
+        sys.exit(3)
+    sys.stderr.write("x" * 200_000)
+    sys.stderr.flush()
+    save_file({"logits": torch.zeros(1, 2)}, out_file)
+    print(json.dumps({"ok": True}), flush=True)
+"""
+
+
+@pytest.mark.timeout(120)  # before the fix the verification process blocked on its stderr, the caller for ever
+def test_a_verification_process_that_writes_much_to_stderr_never_blocks_and_a_dying_one_says_why(tmp_path, monkeypatch):
+    from pipeline.training import export
+
+    monkeypatch.setattr(export, "_VERIFY_SCRIPT", NOISY_VERIFIER)
+    for name in ("student", "die"):
+        make_tiny_bert().save_pretrained(tmp_path / name)
+    batch = {"input_ids": torch.ones(1, 4, dtype=torch.long)}
+    with export.Verifier() as verifier:
+        for _ in range(3):  # 600 KB of stderr, ten times what a pipe holds
+            assert verifier.logits(tmp_path / "student", batch).tolist() == [[0.0, 0.0]]
+        with pytest.raises(ExportMismatch, match="the verification process died:\n.*the reason it died"):
+            verifier.logits(tmp_path / "die", batch)
