@@ -171,7 +171,7 @@ class CheckpointPruner(tune.Callback):
     ray/tune/execution/tune_controller.py and experiment_state.py, Ray 2.60), so with 1 every
     evaluation of every trial rewrote and uploaded the whole sweep's state. A snapshot can then
     name a checkpoint deleted since; the worker resumes from the newest one left
-    (`pipeline.search.worker.TuneReporter`)."""
+    (`pipeline.search.worker.RayReporter`)."""
 
     def __init__(self, keep: int) -> None:
         self.keep = keep

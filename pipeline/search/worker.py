@@ -40,43 +40,25 @@ class RayReporter:
     """Every rank reports every evaluation; rank 0's metrics reach Tune (`pipeline.search.trainer.ReportRelay`).
 
     DeepSpeed's checkpoint save is a collective, so every rank writes its part into its own
-    temporary folder and Ray merges the ranks' folders into one checkpoint.
+    temporary folder and Ray merges the ranks' folders into one checkpoint. `api`: `ray.train`
+    for a Train worker, `ray.tune` for a trial trained in its Tune actor
+    (`resources.trial_runner: tune-actor`), whose reports and checkpoints go to Tune itself; both
+    offer `report`, `Checkpoint` and `get_checkpoint`.
     """
 
+    def __init__(self, api: Any = ray.train) -> None:
+        self.api = api
+
     def report(self, metrics: dict[str, float], save_checkpoint: Callable[[Path], None] | None) -> None:
         if save_checkpoint is None:
-            ray.train.report(metrics)
+            self.api.report(metrics)
             return
         with tempfile.TemporaryDirectory() as tmp:
             save_checkpoint(Path(tmp))
-            ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(tmp))
+            self.api.report(metrics, checkpoint=self.api.Checkpoint.from_directory(tmp))
 
     def resume_from(self) -> Path | None:
-        checkpoint = ray.train.get_checkpoint()
-        if checkpoint is None:
-            return None
-        path = Path(checkpoint.to_directory())
-        return path if (path / loop.CHECKPOINT_FILE).is_file() else None
-
-
-class TuneReporter:
-    """A trial trained in its Tune actor (`resources.trial_runner: tune-actor`): its reports and
-    checkpoints go to Tune itself, and a retried trial resumes from the last one Tune kept."""
-
-    def report(self, metrics: dict[str, float], save_checkpoint: Callable[[Path], None] | None) -> None:
-        from ray import tune
-
-        if save_checkpoint is None:
-            tune.report(metrics)
-            return
-        with tempfile.TemporaryDirectory() as tmp:
-            save_checkpoint(Path(tmp))
-            tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(tmp))
-
-    def resume_from(self) -> Path | None:
-        from ray import tune
-
-        checkpoint = tune.get_checkpoint()
+        checkpoint = self.api.get_checkpoint()
         if checkpoint is None:
             return None
         try:
@@ -203,8 +185,10 @@ def actor_worker(config: dict[str, Any]) -> None:
     as a Train worker's, rank 0 of 1 (`pipeline.search.driver._train_in_actor` retries what it
     raises). The actor may train the next trial (FIFO reuses it): what this one held on a GPU
     goes back to the device, as a Train worker's would with its process."""
+    from ray import tune
+
     try:
-        _train(config, 0, TuneReporter(), in_actor=True)
+        _train(config, 0, RayReporter(tune), in_actor=True)
     finally:
         gc.collect()
         if torch.cuda.is_available():
