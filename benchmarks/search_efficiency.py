@@ -6,15 +6,18 @@ The field measures searchers on a table of every configuration's result, and so 
 The table (parquet, one row per configuration of a grid sweep over a joint space with every seed
 run): `config_id` (`pipeline.search.space.config_id`), `method`, `params` (JSON of the study's
 parameters, `{"method": ..., "<method>.<param>": ...}`), `seed_metrics` (the metric per seed, in
-the spec's seed order), `metric` (their mean), `latency_ms` (what the search sees,
-`pipeline.search.search_latency`: the student timed once per architecture in eager fp32 and
-ONNX Runtime int8, the quickstart's `selection.runtimes`, the faster of the two),
-`latency_by_runtime` (JSON, each runtime's p50), and the references `teacher_metric`,
-`teacher_latency_ms` (eager fp32: the hypervolume's reference and every speedup's denominator in
-the report), `teacher_int8_ms` (the teacher's own ONNX Runtime int8 export: what a user gets
-without compressing) and `majority_metric`. Making it is hours of CPU (≥ 100 configurations × 2
-seeds, `drydock sweep` on a grid spec, resumable with `--resume`); `collect` turns the finished
-sweep into the table.
+the spec's seed order), `metric` (their mean), `architecture` (the measure stage's key of the
+first seed's export), `student_config` and `teacher_config` (their config.json), `teacher_metric`.
+Making it is hours of CPU (≥ 100 configurations × 2 seeds), more than one session of a machine
+whose work folders do not outlive it: `table` runs the grid sweep in shards (one method at the
+sizes the table lacks, `shard_spec`) and adds each shard's finished configurations to the table
+as it ends, so the committed table grows session by session. `time` (on an idle machine) adds
+what the search sees: `latency_ms` (`pipeline.search.search_latency`'s engine and window: a
+randomly initialised copy of each architecture timed once in eager fp32 and ONNX Runtime int8,
+the quickstart's `selection.runtimes`, the faster of the two), `latency_by_runtime` (JSON, each
+runtime's p50), and the references `teacher_latency_ms` (eager fp32: the hypervolume's reference
+and every speedup's denominator in the report), `teacher_int8_ms` (the teacher's own ONNX Runtime
+int8 export: what a user gets without compressing) and `majority_metric`.
 
 `replay` runs each algorithm over the table through the searcher a sweep uses
 (`pipeline.search.searcher.ConfigurationSearcher`), the trial replaced by a lookup of its seed's
@@ -27,9 +30,9 @@ after 20 against random's after 40; TPE's median best metric after 20 against ra
 40). `--plot` draws the median hypervolume after each configuration, with its interquartile band.
 Minutes.
 
-    .venv/bin/python benchmarks/search_efficiency.py collect --spec SPEC --sweep-dir <workdir>/<name> \
-        --teacher <fine-tuned teacher folder> --majority-metric M --out TABLE
-    .venv/bin/python benchmarks/search_efficiency.py replay --table TABLE [--repeats 30] [--out runs.parquet] \
+    .venv/bin/python benchmarks/search_efficiency.py table --spec SPEC --workdir DIR --table TABLE
+    .venv/bin/python benchmarks/search_efficiency.py time --table TABLE --spec SPEC --majority-metric M --out TIMED
+    .venv/bin/python benchmarks/search_efficiency.py replay --table TIMED [--repeats 30] [--out runs.parquet] \
         [--plot hypervolume.png]
 """
 

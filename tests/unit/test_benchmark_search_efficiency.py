@@ -115,7 +115,7 @@ def test_replay_from_the_command_line_prints_the_summary_and_verdicts_and_draws_
     assert (tmp_path / "hv.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_collect_makes_the_table_of_a_finished_grid_sweep_one_timing_per_architecture(tmp_path):
+def test_collect_keeps_configurations_with_every_seed_and_time_table_times_each_architecture_once(tmp_path):
     from pipeline import results as results_table
     from pipeline.config import LatencyConfig, spec_from_dict
     from tests.conftest import make_tiny_bert
@@ -127,6 +127,7 @@ def test_collect_makes_the_table_of_a_finished_grid_sweep_one_timing_per_archite
         "methods": {"kd": {"num_layers": {"grid": [1, 2]}, "alpha": {"grid": [0.3, 0.7]}}},
     })
     sweep = tmp_path / "bench"
+    assert bench.collect(spec, sweep, tmp_path).empty  # no trial recorded yet
     rows = []
     for n, (depth, alpha) in enumerate(itertools.product((1, 2), (0.3, 0.7))):
         cid = config_id("kd", get_method("kd").Params(num_layers=depth, alpha=alpha))
@@ -141,20 +142,60 @@ def test_collect_makes_the_table_of_a_finished_grid_sweep_one_timing_per_archite
     results_table.upsert(sweep / "results.parquet", rows)
     teacher = tmp_path / "teacher"
     make_tiny_bert(num_layers=4).save_pretrained(teacher)
-    settings = LatencyConfig(batch_size=4, seq_length=16, shapes=["4x16"], min_runs=3, min_seconds=0.1, warmup=1)
-    table = bench.collect(spec, sweep, teacher, majority_metric=0.5, settings=settings)
-    assert len(table) == 3
+    table = bench.collect(spec, sweep, teacher)
+    assert len(table) == 3 and "latency_ms" not in table
     first = table.iloc[0]
     assert json.loads(first["params"]) == {"method": "kd", "kd.num_layers": 1, "kd.alpha": 0.3}
     assert list(first["seed_metrics"]) == pytest.approx([0.6, 0.61]) and first["metric"] == pytest.approx(0.605)
-    by_depth = table.groupby(table["params"].map(lambda p: json.loads(p)["kd.num_layers"]))["latency_ms"].nunique()
+    assert json.loads(first["student_config"])["num_hidden_layers"] == 1
+    assert json.loads(first["teacher_config"])["num_hidden_layers"] == 4
+    assert table["architecture"].nunique() == 2  # depth 1 and 2; the weights do not enter it
+
+    settings = LatencyConfig(batch_size=4, seq_length=16, shapes=["4x16"], min_runs=3, min_seconds=0.1, warmup=1)
+    timed = bench.time_table(table, settings, majority_metric=0.5)
+    by_depth = timed.groupby(timed["params"].map(lambda p: json.loads(p)["kd.num_layers"]))["latency_ms"].nunique()
     assert (by_depth == 1).all()  # one timing per architecture
-    assert table["teacher_latency_ms"].nunique() == 1 and table["majority_metric"].eq(0.5).all()
-    for _, row in table.iterrows():  # the search's latency: the fastest runtime of the quickstart's two
+    assert timed["teacher_latency_ms"].nunique() == 1 and timed["majority_metric"].eq(0.5).all()
+    for _, row in timed.iterrows():  # the search's latency: the fastest runtime of the quickstart's two
         by_runtime = json.loads(row["latency_by_runtime"])
         assert set(by_runtime) == {"torch", "onnxruntime-int8"} and row["latency_ms"] == min(by_runtime.values())
-    assert table["teacher_int8_ms"].nunique() == 1 and table["teacher_int8_ms"].iloc[0] > 0
-    assert bench.replay_spec(table, "tpe", 2, 0).methods["kd"].domains()["num_layers"].grid == [1, 2]
+    assert timed["teacher_int8_ms"].nunique() == 1 and timed["teacher_int8_ms"].iloc[0] > 0
+    assert bench.replay_spec(timed, "tpe", 2, 0).methods["kd"].domains()["num_layers"].grid == [1, 2]
+
+
+def test_a_random_copy_of_a_pruned_student_has_its_shapes_and_loads_as_an_export(tmp_path):
+    from pipeline.measure.engines import load_model
+    from pipeline.search.search_latency import architecture
+
+    config = {"model_type": "drydock_pruned_bert", "vocab_size": 100, "hidden_size": 24, "pooler_size": 32,
+              "attention_head_size": 8, "layer_heads": [2, 0], "layer_intermediate": [16, 5],
+              "max_position_embeddings": 64, "num_labels": 2}
+    bench = load_script()
+    folder = bench.random_copy(json.dumps(config), tmp_path / "copy", bench.TOKENIZER)
+    layers = load_model(folder).bert.encoder.layer
+    assert [layer.attention is None for layer in layers] == [False, True]
+    assert [layer.intermediate.dense.out_features for layer in layers] == [16, 5]
+    assert architecture(folder) == architecture(bench.random_copy(json.dumps(config), tmp_path / "again", bench.TOKENIZER))
+
+
+def test_a_shard_is_one_method_at_the_sizes_whose_configurations_the_table_lacks():
+    bench = load_script()
+    raw = {"name": "se", "task": {"name": "sst2", "glue_dir": "${GLUE_DIR:-}"}, "methods": {
+        "kd": {"num_layers": {"grid": [1, 2, 3]}, "alpha": {"grid": [0.3, 0.9]}, "temperature": 2.0},
+        "cofi": {"target_sparsity": {"grid": [0.5, 0.9]}}}}
+    shard = bench.shard_spec(raw, "kd", None)
+    assert shard["name"] == "se-kd" and list(shard["methods"]) == ["kd"] and shard["task"]["glue_dir"] == "${GLUE_DIR:-}"
+    held = pd.DataFrame([{"method": "kd", "config_id": f"{d}-{a}",
+                          "params": json.dumps({"method": "kd", "kd.num_layers": d, "kd.alpha": a})}
+                         for d, a in [(1, 0.3), (1, 0.9), (2, 0.3)]])
+    assert bench.shard_spec(raw, "kd", held)["methods"]["kd"] == {  # depth 2 has one of its two: it runs again
+        "num_layers": {"grid": [2, 3]}, "alpha": {"grid": [0.3, 0.9]}, "temperature": 2.0}
+    assert bench.shard_spec(raw, "cofi", held)["methods"]["cofi"]["target_sparsity"]["grid"] == [0.5, 0.9]
+    whole = pd.concat([held, pd.DataFrame([{"method": "kd", "config_id": f"{d}-{a}", "params": json.dumps(
+        {"method": "kd", "kd.num_layers": d, "kd.alpha": a})} for d, a in [(2, 0.9), (3, 0.3), (3, 0.9)]])])
+    assert bench.shard_spec(raw, "kd", whole) is None
+    again = bench.merge(held, whole.assign(metric=1.0))  # a configuration measured twice keeps its first row
+    assert list(again["config_id"]) == list(whole["config_id"]) and again["metric"].isna().sum() == 3
 
 
 def test_a_grid_point_the_table_lacks_is_told_failed_not_a_crash():
