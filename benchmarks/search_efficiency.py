@@ -58,10 +58,9 @@ from pipeline.config.checks import distinct_configurations  # noqa: E402
 from pipeline.measure.runtimes import EAGER, ORT_INT8  # noqa: E402
 from pipeline.prepare.models import resolve_model_ref  # noqa: E402
 from pipeline.search.joint_space import METHOD  # noqa: E402
-from pipeline.search.search_latency import SearchLatency, architecture  # noqa: E402
+from pipeline.search.search_latency import architecture, search_settings, time_runtime  # noqa: E402
 from pipeline.search.searcher import ConfigurationSearcher, hypervolume  # noqa: E402
 from pipeline.search.space import Trial  # noqa: E402
-from pipeline.storage import WorkStore  # noqa: E402
 from pipeline.workdir import RESULTS_FILE, config_id_of  # noqa: E402
 
 ALGORITHMS = ("random", "tpe", "motpe", "nsga2")
@@ -136,12 +135,11 @@ def random_copy(config_json: str, folder: Path, tokenizer_from: Path) -> Path:
 
 def time_table(table: pd.DataFrame, settings: LatencyConfig, majority_metric: float,
                runtimes: tuple[str, ...] = RUNTIMES) -> pd.DataFrame:
-    """The table with every architecture timed once in every runtime by the search's engine
-    (`SearchLatency`, its short window): `latency_ms` (the fastest runtime, what the search
-    sees), `latency_by_runtime`, and the teacher's eager fp32 and int8 figures."""
-    from pipeline.search.search_latency import time_runtime
-
-    settings = SearchLatency(WorkStore.open(str(ROOT)), "", settings).settings  # the search's window
+    """The table with every architecture timed once in every runtime as the search times it
+    (`pipeline.search.search_latency`: `time_runtime` with `search_settings`' short window):
+    `latency_ms` (the fastest runtime, what the search sees), `latency_by_runtime`, and the
+    teacher's eager fp32 and int8 figures."""
+    settings = search_settings(settings)  # the search's window
     by_runtime: dict[str, dict[str, float]] = {}
     with tempfile.TemporaryDirectory(prefix="search-efficiency-") as tmp:
         teacher = random_copy(str(table["teacher_config"].iloc[0]), Path(tmp) / "teacher", TOKENIZER)

@@ -55,6 +55,12 @@ def architecture(folder: Path) -> str:
     return architecture_key(config, EAGER, (0, 0))
 
 
+def search_settings(settings: LatencyConfig, window_s: float = SEARCH_WINDOW_S) -> LatencyConfig:
+    """The selection's latency settings cut to the search's short window: the search times many
+    architectures while trials run, the select stage times the front alone and longer."""
+    return settings.model_copy(update={"min_seconds": window_s, "min_runs": min(settings.min_runs, 5)})
+
+
 class SearchLatency:
     """Milliseconds per forward pass of a configuration's student (p50 at the front shape)."""
 
@@ -63,7 +69,7 @@ class SearchLatency:
         self.store, self.trials_dir, self.runtimes = store, trials_dir, tuple(runtimes)
         self.on_gpu_node = on_gpu_node  # None: decided at the first timing (`_on_gpu_node`)
         self.timed_on: set[str] = set()  # the Ray nodes that timed, when not this process
-        self.settings = settings.model_copy(update={"min_seconds": window_s, "min_runs": min(settings.min_runs, 5)})
+        self.settings = search_settings(settings, window_s)
         self.by_architecture: dict[str, float] = {}  # the fastest runtime's p50
         self.by_runtime: dict[tuple[str, str], float] = {}  # (architecture, runtime) → p50
         self.failures: dict[tuple[str, str], str] = {}  # a runtime that could not be built or run
