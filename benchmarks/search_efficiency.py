@@ -83,6 +83,7 @@ def collect(spec: SweepSpec, sweep_dir: Path, teacher: Path) -> pd.DataFrame:
         return pd.DataFrame()
     frame["config_id"] = [config_id_of(key, m) for key, m in zip(frame["trial_id"], frame["method"], strict=True)]
     teacher_config = (teacher / "config.json").read_text(encoding="utf-8")
+    digest = teacher_digest(teacher)
     rows = []
     for cid, group in frame.groupby("config_id", sort=False):
         by_seed = group.set_index("seed")
@@ -97,8 +98,21 @@ def collect(spec: SweepSpec, sweep_dir: Path, teacher: Path) -> pd.DataFrame:
         rows.append({"config_id": cid, "method": method, "params": json.dumps(params), "seed_metrics": seed_metrics,
                      "metric": float(np.mean(seed_metrics)), "architecture": architecture(student),
                      "student_config": (student / "config.json").read_text(encoding="utf-8"),
-                     "teacher_metric": float(group["teacher_metric"].iloc[0]), "teacher_config": teacher_config})
+                     "teacher_metric": float(group["teacher_metric"].iloc[0]), "teacher_config": teacher_config,
+                     "teacher_digest": digest})
     return pd.DataFrame(rows)
+
+
+def teacher_digest(teacher: Path) -> str:
+    """The fine-tuned teacher's weights, hashed: every session's first shard fine-tunes it again,
+    and its rows belong in the table only if it is the same model (on one machine it is, to the
+    bit: docs/search.md)."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for f in sorted(teacher.glob("*.safetensors")):
+        h.update(f.read_bytes())
+    return h.hexdigest()[:16]
 
 
 def merge(table: pd.DataFrame | None, new: pd.DataFrame) -> pd.DataFrame:
@@ -108,6 +122,9 @@ def merge(table: pd.DataFrame | None, new: pd.DataFrame) -> pd.DataFrame:
         return new.reset_index(drop=True)
     if new.empty:
         return table
+    if "teacher_digest" in table and set(new["teacher_digest"]) != set(table["teacher_digest"]):
+        raise SystemExit(f"the shard's teacher (weights {', '.join(sorted(set(new['teacher_digest'])))}) is not the table's "
+                         f"({', '.join(sorted(set(table['teacher_digest'])))}): its rows are not comparable; nothing added")
     return pd.concat([table, new[~new["config_id"].isin(table["config_id"])]], ignore_index=True)
 
 

@@ -149,6 +149,7 @@ def test_collect_keeps_configurations_with_every_seed_and_time_table_times_each_
     assert list(first["seed_metrics"]) == pytest.approx([0.6, 0.61]) and first["metric"] == pytest.approx(0.605)
     assert json.loads(first["student_config"])["num_hidden_layers"] == 1
     assert json.loads(first["teacher_config"])["num_hidden_layers"] == 4
+    assert table["teacher_digest"].nunique() == 1 and len(first["teacher_digest"]) == 16
     assert table["architecture"].nunique() == 2  # depth 1 and 2; the weights do not enter it
 
     settings = LatencyConfig(batch_size=4, seq_length=16, shapes=["4x16"], min_runs=3, min_seconds=0.1, warmup=1)
@@ -196,6 +197,8 @@ def test_a_shard_is_one_method_at_the_sizes_whose_configurations_the_table_lacks
     assert bench.shard_spec(raw, "kd", whole) is None
     again = bench.merge(held, whole.assign(metric=1.0))  # a configuration measured twice keeps its first row
     assert list(again["config_id"]) == list(whole["config_id"]) and again["metric"].isna().sum() == 3
+    with pytest.raises(SystemExit, match="is not the table's"):  # another session's teacher, not the same model
+        bench.merge(held.assign(teacher_digest="aaaa"), whole.assign(teacher_digest="bbbb"))
 
 
 def test_a_grid_point_the_table_lacks_is_told_failed_not_a_crash():
