@@ -1,7 +1,7 @@
 """What a sweep's driver spends per trial as the sweep grows (issue #35, item 8).
 
     .venv/bin/python benchmarks/sweep_scale.py [--n 50 200 1000] [--location file s3] [--workdir DIR] \
-        [--trial-runner ray-train tune-actor]
+        [--trial-runner ray-train tune-actor] [--algorithm grid random tpe motpe nsga2]
 
 For each N and work location: a sweep of N configurations of the smallest student (the smoke
 spec's random 2-layer teacher, 1-layer students, 64 training examples, 2 optimizer steps) through
@@ -25,6 +25,9 @@ The trials' Ray Train start-up (~25 s each on a 2-core machine) dominates the wa
 is hours there, minutes on a 16-core node with more concurrent trials. `--trial-runner
 tune-actor` runs each one-worker trial in its Tune actor instead (`resources.trial_runner`): no
 Train job per trial, and under FIFO the actor and its imports are reused by the next trial.
+`--algorithm motpe` (or random, tpe, nsga2) makes it a searched sweep of budget N over a
+learning-rate range instead of a grid: the study's suggestions, its told configurations and its
+journal pushes (after every told configuration) are then the driver's work too.
 """
 
 from __future__ import annotations
@@ -99,19 +102,24 @@ class Meter:
             setattr(owner, name, original)
 
 
-def spec_for(n: int, location: str, runner: str = "ray-train"):
+def spec_for(n: int, location: str, runner: str = "ray-train", algorithm: str = "grid"):
+    """N configurations of one method: a grid of N learning rates, or a searching algorithm's
+    budget of N over the same range (its study, suggestions and journal pushes in the driver)."""
     rates = [round(1e-4 * (1 + 9 * i / max(1, n - 1)), 8) for i in range(n)]
+    space = (f"methods={{finetune: {{learning_rate: {{grid: {rates}}}}}}}" if algorithm == "grid" else
+             "methods={finetune: {learning_rate: {loguniform: [1.0e-4, 1.0e-3]}}}")
+    searched = [] if algorithm == "grid" else [f"search.algorithm={algorithm}", f"search.num_configurations={n}"]
     return load_spec(ROOT / "sweeps" / "smoke.yaml", [
         f"name=scale-{location}-{n}", f"tracking.experiment=scale-{location}-{n}", f"tracking.registered_model=scale-{location}-{n}",
-        f"methods={{finetune: {{learning_rate: {{grid: {rates}}}}}}}", "student.num_layers=1",
+        space, *searched, "student.num_layers=1",
         "teacher.architecture.num_layers=2", "task.synthetic.num_train=64", "task.synthetic.num_dev=32",
         "train.max_steps=2", "train.eval_every=2", "search.scheduler=fifo",
         "selection.latency.min_runs=3", "selection.latency.min_seconds=0.1", f"resources.trial_runner={runner}",
     ])
 
 
-def run_one(n: int, location: str, uri: str, runner: str = "ray-train") -> dict[str, float]:
-    spec = spec_for(n, location, runner)
+def run_one(n: int, location: str, uri: str, runner: str = "ray-train", algorithm: str = "grid") -> dict[str, float]:
+    spec = spec_for(n, location, runner, algorithm)
     store = WorkStore.open(uri)
     ensure_teacher(spec, prepare(spec, store.local), store.local, log=lambda _: None)
     meter, me = Meter(), psutil.Process()
@@ -148,6 +156,8 @@ def main() -> None:
     parser.add_argument("--location", choices=["file", "s3"], nargs="+", default=["file", "s3"])
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/drydock-scale"))
     parser.add_argument("--trial-runner", choices=["ray-train", "tune-actor"], default="ray-train")
+    parser.add_argument("--algorithm", choices=["grid", "random", "tpe", "motpe", "nsga2"], default="grid",
+                        help="search.algorithm: grid (N learning rates) or a study with a budget of N")
     args = parser.parse_args()
     os.environ.setdefault("DRYDOCK_CACHE_DIR", str(args.workdir / "node-cache"))
     rows = []
@@ -162,8 +172,9 @@ def main() -> None:
                 (args.workdir / "bucket").mkdir(parents=True, exist_ok=True)
                 base = (args.workdir / "bucket").as_uri()
             for n in args.n:
-                rows.append({"location": location, "runner": args.trial_runner,
-                             **run_one(n, location, f"{base}-{args.trial_runner}-{n}", args.trial_runner)})
+                rows.append({"location": location, "runner": args.trial_runner, "algorithm": args.algorithm,
+                             **run_one(n, location, f"{base}-{args.trial_runner}-{args.algorithm}-{n}", args.trial_runner,
+                                       args.algorithm)})
                 print(" ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in rows[-1].items()), flush=True)
     import pandas as pd
 
