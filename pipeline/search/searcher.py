@@ -42,6 +42,7 @@ from pipeline.measure.interleaved import Candidate, Interval, dominates
 from pipeline.search import study as studies
 from pipeline.search.driver import SearchContext
 from pipeline.search.joint_space import param_name, suggest_configuration
+from pipeline.search.journal_push import JournalPublisher, fetch_journal
 from pipeline.search.search_latency import SearchLatency
 from pipeline.search.space import Trial, config_id
 from pipeline.search.state import SweepRun
@@ -76,11 +77,20 @@ def running_hypervolume(told: list[Configuration], reference: tuple[float, float
     curve = []
     for config in told:
         if config.told == "complete":
-            new = candidate(config)
-            if not any(dominates(candidate(member), new) for member in front):
-                front = [member for member in front if not dominates(new, candidate(member))] + [config]
+            front = grown_front(front, config)
         curve.append(hypervolume([point(c) for c in front], reference))
     return curve
+
+
+def grown_front(front: list[Configuration], config: Configuration) -> list[Configuration]:
+    """`front` with `config` told: it joins unless a member dominates it, and evicts the members it
+    dominates (members stay in the order they were told). Dominance being a strict order, growing
+    the front one configuration at a time gives the front of all of them, in the front's size per
+    configuration instead of all of them."""
+    new = candidate(config)
+    if any(dominates(candidate(member), new) for member in front):
+        return front
+    return [member for member in front if not dominates(new, candidate(member))] + [config]
 
 
 def hypervolume(points: list[tuple[float, float]], reference: tuple[float, float]) -> float:
@@ -323,8 +333,11 @@ class ConfigurationSearcher(Searcher):
 
     def front(self, told: list[Configuration] | None = None) -> list[Configuration]:
         """The told configurations (or those of `told`) no other dominates on the study's objectives."""
-        complete = [c for c in (self.told() if told is None else told) if c.told == "complete"]
-        return [c for c in complete if not any(dominates(candidate(o), candidate(c)) for o in complete)]
+        front: list[Configuration] = []
+        for config in self.told() if told is None else told:
+            if config.told == "complete":
+                front = grown_front(front, config)
+        return front
 
     def summary(self) -> dict[str, Any]:
         """What the report shows of the search (`SEARCH_FILE`): every configuration as told, the
@@ -375,16 +388,17 @@ class ConfigurationSearcher(Searcher):
 
 def study_searcher(spec: SweepSpec, context: SearchContext, store: WorkStore, run: SweepRun, teacher: Path) -> ConfigurationSearcher:
     """The sweep's searcher: its study in the run's folder (fetched first when the work location
-    holds one: a resumed run on another machine), pushed after every told configuration; when the
+    holds one: a resumed run on another machine), published after every ask and told configuration
+    (`JournalPublisher`: what was appended since, so a sweep pushes linear bytes); when the
     study aims at latency, timed students (`SearchLatency`) and the teacher's latency as the
     hypervolume's reference (with a metric of 0)."""
     key = f"{Path(context.trials_dir).parent.as_posix()}/{STUDY_FILE}"
-    if run.resuming and not store.path(key).is_file() and store.exists(key):
-        store.fetch(key)  # resumed on another machine; a journal here is the newer one (only appended, then pushed)
+    if run.resuming and not store.path(key).is_file():
+        fetch_journal(store, key)  # resumed on another machine; a journal here is the newer one (only appended, then pushed)
     latency = (SearchLatency(store, context.trials_dir, spec.selection.latency, runtimes=spec.selection.runtimes)
                if "latency" in spec.search.aims_at else None)
     searcher = ConfigurationSearcher(spec, context.metric_key, str(store.path(key)), latency=latency,
-                                     publish=(lambda: store.push(key)) if store.is_remote else None)
+                                     publish=JournalPublisher(store, key) if store.is_remote else None)
     if latency is not None:
         searcher.reference = (0.0, latency.of_folder(teacher))
     return searcher

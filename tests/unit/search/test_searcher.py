@@ -259,3 +259,27 @@ def test_importances_are_each_methods_own_and_sum_to_one(tmp_path):
     found = s.summary()["importances"]["kd"]
     assert set(found) == {"kd.num_layers", "kd.alpha"} and sum(found.values()) == pytest.approx(1.0)
     assert found["kd.num_layers"] > found["kd.alpha"]
+
+
+def test_the_front_grows_with_each_told_configuration_instead_of_comparing_every_pair(tmp_path, monkeypatch):
+    """The progress line after each trial asks for the front: comparing every pair of a thousand
+    configurations was a million dominance checks per trial (the driver's CPU at 1,000 searched
+    configurations, benchmarks/RESULTS.md); grown one configuration at a time it is the front's
+    size per configuration, and the same front."""
+    from pipeline.search import searcher as module
+    from pipeline.search.space import Trial
+
+    s = searcher(tmp_path)
+    configs = []
+    for i in range(300):  # every 30th is better and slower than the one before: a front of 10; c0 dominates the rest
+        c = module.Configuration(number=i, order=i + 1, trial=Trial("kd", None, 0, f"c{i}", order=i + 1),
+                                 values={0: 0.5 + (i % 30 == 0) * i / 1000}, latency_ms=float(i + 1),
+                                 told="complete", told_rank=i + 1)
+        configs.insert(0, c)  # told slowest first: a configuration's dominators come after it
+    pairwise = [c for c in configs if not any(module.dominates(module.candidate(o), module.candidate(c)) for o in configs)]
+    calls = []
+    real = module.dominates
+    monkeypatch.setattr(module, "dominates", lambda a, b, **kw: calls.append(1) or real(a, b, **kw))
+    front = s.front(configs)
+    assert [c.trial.config_id for c in front] == [c.trial.config_id for c in pairwise] == [f"c{i}" for i in range(270, -1, -30)]
+    assert len(calls) <= 300 * 2 * 11  # at most twice the front's size per configuration; pairwise: about 300² / 2
