@@ -2,8 +2,8 @@
 
 The study is a journal file in the run's folder (`STUDY_FILE`): every ask and tell is appended as
 it happens, so a driver killed mid-search leaves a study that `--resume` opens again, and the work
-location holds it (the searcher pushes it after each told configuration). Which sampler serves
-which algorithm, and with which settings, is said here and nowhere else.
+location holds it (the searcher publishes it after each ask and tell: `pipeline.search.journal_push`).
+Which sampler serves which algorithm, and with which settings, is said here and nowhere else.
 """
 
 from __future__ import annotations
