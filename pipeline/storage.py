@@ -158,6 +158,8 @@ class WorkStore:
             local.unlink()
         if not self.remote:
             return
+        (self.local / PUSHED_DIR / f"{key}.json").unlink(missing_ok=True)  # what this node noted of it
+        shutil.rmtree(self.local / PUSHED_DIR / key, ignore_errors=True)
         fs, base = _filesystem(self.remote)
         info = fs.get_file_info(f"{base}/{key}")
         if info.type == pafs.FileType.Directory:
@@ -194,8 +196,10 @@ class WorkStore:
             (scratch / COMPLETE).unlink(missing_ok=True)  # the store's mark, not part of the folder
         return local
 
-    def push(self, key: str) -> None:
-        """Copy `key` (a file or a folder of this node's folder) into the store."""
+    def push(self, key: str, *, stamp: bool = True) -> None:
+        """Copy `key` (a file or a folder of this node's folder) into the store. A pushed file's
+        size and time in the store are noted (`fetch` keeps this node's copy while the store
+        holds what it pushed); `stamp=False` for a file this node never fetches back."""
         if not self.remote:
             return
         local = self.path(key)
@@ -205,10 +209,10 @@ class WorkStore:
         if local.is_dir():  # a pushed-again folder is incomplete until its new marker lands
             _delete_marker(fs, f"{base}/{key}")
         _copy(pafs.LocalFileSystem(), str(local), fs, f"{base}/{key}")
-        if local.is_file():
-            stamp = self.local / PUSHED_DIR / f"{key}.json"
-            stamp.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write(stamp, json.dumps(_stamp(fs.get_file_info(f"{base}/{key}"))))
+        if local.is_file() and stamp:
+            noted = self.local / PUSHED_DIR / f"{key}.json"
+            noted.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write(noted, json.dumps(_stamp(fs.get_file_info(f"{base}/{key}"))))
         if local.is_dir():
             with fs.open_output_stream(f"{base}/{key}/{COMPLETE}") as out:
                 out.write(b"complete")

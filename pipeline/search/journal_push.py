@@ -2,18 +2,19 @@
 
 The searcher publishes its study after every ask, tell and Tune snapshot, so that a resume on
 another machine finds every configuration Tune's snapshot can name (`pipeline.search.searcher`).
-Pushed whole each time, a sweep of N configurations pushes about N² / 2 journal lines: measured
-with `benchmarks/sweep_scale.py --algorithm motpe` on a `file://` location (benchmarks/RESULTS.md,
-"A searched sweep of 1,000 configurations"). An Optuna journal only grows (every ask and tell is
-appended as one line), so a publish pushes only what was appended since the last one, as a part
-named by the byte offset it starts at (`<journal>.parts/<offset>`), and pushes the journal whole
-once the parts since its last whole push reach its size: whole pushes sum to under twice the
-final size, parts to once. The run's files are pushed whole at the sweep's end
-(`pipeline.search.state.push_run_files`), so a finished sweep's journal needs no parts.
+Pushed whole each time, a study of N configurations sends about N² / 2 journal lines
+(benchmarks/RESULTS.md, "A searched sweep of 1,000 configurations"). An Optuna journal only grows
+(every ask and tell is appended as one line), so a publish pushes only what was appended since
+the last one, as a part named by the byte offset it starts at (`<journal>.parts/<offset>`), and
+pushes the journal whole once the parts since its last whole push reach its size: whole pushes
+sum to under twice the final size, parts to once. Each whole push deletes every part beside the
+journal, earlier drivers' included (a resumed sweep's publisher starts with one), and no part is
+pushed until that deletion succeeded. The run's files are pushed whole at the sweep's end
+(`pipeline.search.state.push_run_files`), the journal with them.
 
 A reader (`fetch_journal`) takes the whole journal, then the part that starts where it ends, and
-so on: a part that starts before the whole journal's end is already in it, so a kill between a
-whole push and the deletion of the parts it covers leaves nothing to count twice.
+so on: a part that starts before the whole journal's end is already in it, so one left behind
+is never counted twice.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ class JournalPublisher:
         self.store, self.key = store, key
         self.whole = 0  # the journal's size at its last whole push; none yet: the first publish is whole
         self.pushed = 0  # bytes the store holds, the whole journal and its parts together
-        self.parts: list[str] = []  # pushed since the last whole push
+        self.parts_clean = False  # no part in the store but this publisher's own since its last whole push
 
     def __call__(self) -> None:
         self.publish()
@@ -50,15 +51,11 @@ class JournalPublisher:
         size = local.stat().st_size if local.is_file() else 0
         if size <= self.pushed:
             return
-        if size - self.whole >= self.whole:
+        if size - self.whole >= self.whole or not self._clean():
             self.store.push(self.key)
             self.whole = self.pushed = size
-            stale, self.parts = self.parts, []
-            for key in stale:  # covered by the whole journal; one left behind by a failure is skipped by readers
-                try:
-                    self.store.delete(key)
-                except Exception:  # noqa: BLE001 - a part left in the store costs a few bytes, not the sweep
-                    logger.warning("search: could not delete %s from the work location", key)
+            self.parts_clean = False  # the parts it covers go now, or before the next part
+            self._clean()
             return
         with local.open("rb") as f:
             f.seek(self.pushed)
@@ -66,28 +63,50 @@ class JournalPublisher:
         key = part_key(self.key, self.pushed)
         self.store.path(key).parent.mkdir(parents=True, exist_ok=True)
         atomic_write(self.store.path(key), appended)
-        self.store.push(key)
-        self.store.path(key).unlink(missing_ok=True)  # the local journal holds these bytes already
-        self.parts.append(key)
+        try:
+            self.store.push(key, stamp=False)
+        finally:
+            self.store.path(key).unlink(missing_ok=True)  # the local journal holds these bytes already
         self.pushed += len(appended)
+
+    def _clean(self) -> bool:
+        """Delete every part beside the journal (those of earlier runs and drivers included: one
+        of them could sit at the offset this publisher's next part takes, and a reader would take
+        it for the continuation); until that succeeds the journal is pushed whole."""
+        if not self.parts_clean:
+            try:
+                self.store.delete(f"{self.key}{PARTS}")
+                self.parts_clean = True
+            except Exception:  # noqa: BLE001 - the next publish tries again; meanwhile whole pushes stay correct
+                logger.warning("search: could not delete %s%s from the work location", self.key, PARTS)
+        return self.parts_clean
 
 
 def fetch_journal(store: WorkStore, key: str) -> Path | None:
     """The store's journal in this node's folder, with every part that continues it appended;
-    None when the store holds none."""
-    local = store.fetch(key, fresh=True)
-    if local is None:
-        return None
-    size = local.stat().st_size
-    while store.exists(part_key(key, size)):
-        part = store.fetch(part_key(key, size), fresh=True)
-        if part is None:
-            break
-        appended = part.read_bytes()
-        part.unlink()
-        if not appended:
-            break
-        with local.open("ab") as f:
-            f.write(appended)
-        size += len(appended)
+    None when the store holds none. When the store holds what this node last pushed whole, the
+    node's journal is as new or newer and is kept (`WorkStore.fetch`). A fetch that fails halfway
+    puts the node's journal back as it was (or removes it) before raising: a journal cut short
+    and taken for the study would lose asks and tells that Tune's snapshot names."""
+    local = store.path(key)
+    before = local.read_bytes() if local.is_file() else None
+    try:
+        if store.fetch(key, fresh=True) is None:
+            return None
+        journal = local.read_bytes()
+        while store.exists(part_key(key, len(journal))):
+            part = store.fetch(part_key(key, len(journal)), fresh=True)
+            appended = part.read_bytes() if part is not None else b""
+            if part is not None:
+                part.unlink()
+            if not appended:
+                break
+            journal += appended
+    except BaseException:
+        if before is None:
+            local.unlink(missing_ok=True)
+        else:
+            atomic_write(local, before)
+        raise
+    atomic_write(local, journal)
     return local

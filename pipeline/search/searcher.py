@@ -60,7 +60,7 @@ FINAL = "drydock_final"  # the key of a trial driver's last report (`pipeline.se
 
 def point(config: Configuration) -> tuple[float, float]:
     """(seed-mean metric, latency ms) of a told complete configuration."""
-    return sum(config.values.values()) / len(config.values), float(config.latency_ms or math.nan)
+    return sum(config.values.values()) / len(config.values), float(config.latency_ms if config.latency_ms is not None else math.nan)
 
 
 def candidate(config: Configuration) -> Candidate:
@@ -393,8 +393,10 @@ def study_searcher(spec: SweepSpec, context: SearchContext, store: WorkStore, ru
     study aims at latency, timed students (`SearchLatency`) and the teacher's latency as the
     hypervolume's reference (with a metric of 0)."""
     key = f"{Path(context.trials_dir).parent.as_posix()}/{STUDY_FILE}"
-    if run.resuming and not store.path(key).is_file():
-        fetch_journal(store, key)  # resumed on another machine; a journal here is the newer one (only appended, then pushed)
+    if run.resuming and store.is_remote:
+        # the location's journal and its parts, unless it still holds what this node pushed whole last
+        # (this node's journal is then as new or newer): resumed elsewhere, or back after a resume elsewhere
+        fetch_journal(store, key)
     latency = (SearchLatency(store, context.trials_dir, spec.selection.latency, runtimes=spec.selection.runtimes)
                if "latency" in spec.search.aims_at else None)
     searcher = ConfigurationSearcher(spec, context.metric_key, str(store.path(key)), latency=latency,

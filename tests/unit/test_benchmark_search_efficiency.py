@@ -172,11 +172,11 @@ def test_a_random_copy_of_a_pruned_student_has_its_shapes_and_loads_as_an_export
               "attention_head_size": 8, "layer_heads": [2, 0], "layer_intermediate": [16, 5],
               "max_position_embeddings": 64, "num_labels": 2}
     bench = load_script()
-    folder = bench.random_copy(json.dumps(config), tmp_path / "copy", bench.TOKENIZER)
+    folder = bench.random_copy(json.dumps(config), tmp_path / "copy")
     layers = load_model(folder).bert.encoder.layer
     assert [layer.attention is None for layer in layers] == [False, True]
     assert [layer.intermediate.dense.out_features for layer in layers] == [16, 5]
-    assert architecture(folder) == architecture(bench.random_copy(json.dumps(config), tmp_path / "again", bench.TOKENIZER))
+    assert architecture(folder) == architecture(bench.random_copy(json.dumps(config), tmp_path / "again"))
 
 
 def test_a_shard_is_one_method_at_the_sizes_whose_configurations_the_table_lacks():
@@ -185,12 +185,14 @@ def test_a_shard_is_one_method_at_the_sizes_whose_configurations_the_table_lacks
         "kd": {"num_layers": {"grid": [1, 2, 3]}, "alpha": {"grid": [0.3, 0.9]}, "temperature": 2.0},
         "cofi": {"target_sparsity": {"grid": [0.5, 0.9]}}}}
     shard = bench.shard_spec(raw, "kd", None)
-    assert shard["name"] == "se-kd" and list(shard["methods"]) == ["kd"] and shard["task"]["glue_dir"] == "${GLUE_DIR:-}"
+    assert shard["name"].startswith("se-kd-") and list(shard["methods"]) == ["kd"] and shard["task"]["glue_dir"] == "${GLUE_DIR:-}"
     held = pd.DataFrame([{"method": "kd", "config_id": f"{d}-{a}",
                           "params": json.dumps({"method": "kd", "kd.num_layers": d, "kd.alpha": a})}
                          for d, a in [(1, 0.3), (1, 0.9), (2, 0.3)]])
-    assert bench.shard_spec(raw, "kd", held)["methods"]["kd"] == {  # depth 2 has one of its two: it runs again
+    cut = bench.shard_spec(raw, "kd", held)
+    assert cut["methods"]["kd"] == {  # depth 2 has one of its two: it runs again
         "num_layers": {"grid": [2, 3]}, "alpha": {"grid": [0.3, 0.9]}, "temperature": 2.0}
+    assert cut["name"] != shard["name"] and cut["name"] == bench.shard_spec(raw, "kd", held)["name"]  # its own sweep
     assert bench.shard_spec(raw, "cofi", held)["methods"]["cofi"]["target_sparsity"]["grid"] == [0.5, 0.9]
     whole = pd.concat([held, pd.DataFrame([{"method": "kd", "config_id": f"{d}-{a}", "params": json.dumps(
         {"method": "kd", "kd.num_layers": d, "kd.alpha": a})} for d, a in [(2, 0.9), (3, 0.3), (3, 0.9)]])])
