@@ -138,6 +138,7 @@ class ConfigurationSearcher(Searcher):
         self.by_trial: dict[str, tuple[str, int]] = {}  # Tune trial id -> (config_id, seed)
         self.queue: list[tuple[str, int]] = []  # seeds of asked configurations not yet handed to Tune
         self.started = time.time()
+        self._front_of: tuple[list[tuple[int, str | None]], list[Configuration]] = ([], [])  # `front`'s last answer
         self.exhausted = False
         self.reference: tuple[float, float] | None = None  # (metric, latency ms) the hypervolume counts from
         self._study: Any = None
@@ -333,11 +334,16 @@ class ConfigurationSearcher(Searcher):
 
     def front(self, told: list[Configuration] | None = None) -> list[Configuration]:
         """The told configurations (or those of `told`) no other dominates on the study's objectives."""
-        front: list[Configuration] = []
-        for config in self.told() if told is None else told:
+        told = self.told() if told is None else told
+        marks = [(id(c), c.told) for c in told]
+        folded, front = self._front_of
+        if marks[:len(folded)] != folded:  # not a continuation of the last list asked about: start again
+            folded, front = [], []
+        for config in told[len(folded):]:  # the progress line asks after every trial: only the newly told fold in
             if config.told == "complete":
                 front = grown_front(front, config)
-        return front
+        self._front_of = (marks, front)
+        return list(front)
 
     def summary(self) -> dict[str, Any]:
         """What the report shows of the search (`SEARCH_FILE`): every configuration as told, the

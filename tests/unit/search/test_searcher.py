@@ -283,3 +283,22 @@ def test_the_front_grows_with_each_told_configuration_instead_of_comparing_every
     front = s.front(configs)
     assert [c.trial.config_id for c in front] == [c.trial.config_id for c in pairwise] == [f"c{i}" for i in range(270, -1, -30)]
     assert len(calls) <= 300 * 2 * 11  # at most twice the front's size per configuration; pairwise: about 300² / 2
+
+
+def test_the_front_asked_after_each_told_configuration_folds_in_only_the_new_one(tmp_path, monkeypatch):
+    """Ties make large fronts (students of one architecture and one metric): asked after every
+    trial, the front is grown from the last answer, not from the first told configuration."""
+    from pipeline.search import searcher as module
+    from pipeline.search.space import Trial
+
+    s = searcher(tmp_path)
+    told = []
+    calls = []
+    real = module.dominates
+    monkeypatch.setattr(module, "dominates", lambda a, b, **kw: calls.append(1) or real(a, b, **kw))
+    for i in range(200):  # all tied: every configuration is on the front
+        told.append(module.Configuration(number=i, order=i + 1, trial=Trial("kd", None, 0, f"c{i}", order=i + 1),
+                                         values={0: 0.5}, latency_ms=5.0, told="complete", told_rank=i + 1))
+        assert len(s.front(list(told))) == i + 1
+    assert len(calls) <= 2 * 200 * 200 / 2 * 1.05  # each newcomer against the front once (both ways); from scratch: 200³ / 3
+    assert [c.trial.config_id for c in s.front(told[:50])] == [f"c{i}" for i in range(50)]  # another list: from scratch
