@@ -167,6 +167,22 @@ class WorkStore:
         elif info.type == pafs.FileType.File:
             fs.delete_file(f"{base}/{key}")
 
+    def read_files(self, key: str) -> dict[str, bytes]:
+        """The files directly inside store folder `key`, name → bytes, read in one listing and one
+        read each (no copy in this node's folder, no completion marker asked for: for small
+        files pushed one by one, such as a study journal's parts); {} when there is none."""
+        if not self.remote:
+            folder = self.path(key)
+            return {f.name: f.read_bytes() for f in sorted(folder.iterdir()) if f.is_file()} if folder.is_dir() else {}
+        fs, base = _filesystem(self.remote)
+        found = fs.get_file_info(pafs.FileSelector(f"{base}/{key}", allow_not_found=True))
+        out = {}
+        for info in sorted(found, key=lambda i: i.path):
+            if info.type == pafs.FileType.File:
+                with fs.open_input_stream(info.path) as f:
+                    out[info.base_name] = f.read()
+        return out
+
     def fetch(self, key: str, *, fresh: bool = False) -> Path | None:
         """`key` (a file or a folder) in this node's folder, fetched from the store unless the
         mirror has it already (`fresh`: fetch anyway, for files that change); None when the store

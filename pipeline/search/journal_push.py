@@ -94,14 +94,9 @@ def fetch_journal(store: WorkStore, key: str) -> Path | None:
         if store.fetch(key, fresh=True) is None:
             return None
         journal = local.read_bytes()
-        while store.exists(part_key(key, len(journal))):
-            part = store.fetch(part_key(key, len(journal)), fresh=True)
-            appended = part.read_bytes() if part is not None else b""
-            if part is not None:
-                part.unlink()
-            if not appended:
-                break
-            journal += appended
+        parts = store.read_files(f"{key}{PARTS}")  # one listing: a resume after 1,000 configurations may find hundreds
+        while parts.get(Path(part_key(key, len(journal))).name):
+            journal += parts[Path(part_key(key, len(journal))).name]
     except BaseException:
         if before is None:
             local.unlink(missing_ok=True)

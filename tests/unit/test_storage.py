@@ -202,3 +202,17 @@ def test_the_store_opens_its_filesystem_once_and_again_when_the_aws_settings_cha
     with pytest.raises(OSError):
         store.push("f0.txt")
     assert opened == [f"{s3}/scale"] * 2
+
+
+def test_read_files_lists_a_store_folder_once_and_reads_each_file(tmp_path, monkeypatch):
+    monkeypatch.setenv("DRYDOCK_CACHE_DIR", str(tmp_path / "node"))
+    (tmp_path / "bucket" / "run" / "parts").mkdir(parents=True)
+    for name, text in (("002", "b"), ("001", "a")):
+        (tmp_path / "bucket" / "run" / "parts" / name).write_text(text)
+    (tmp_path / "bucket" / "run" / "parts" / "deeper").mkdir()  # a folder inside is not a file of it
+    store = WorkStore.open((tmp_path / "bucket").as_uri())
+    assert store.read_files("run/parts") == {"001": b"a", "002": b"b"}
+    assert store.read_files("run/absent") == {}
+    assert not store.path("run/parts").exists()  # read, not copied into this node's folder
+    local = WorkStore.open(tmp_path / "bucket")
+    assert local.read_files("run/parts") == {"001": b"a", "002": b"b"} and local.read_files("run/absent") == {}
