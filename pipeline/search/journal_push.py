@@ -42,6 +42,7 @@ class JournalPublisher:
         self.whole = 0  # the journal's size at its last whole push; none yet: the first publish is whole
         self.pushed = 0  # bytes the store holds, the whole journal and its parts together
         self.parts_clean = False  # no part in the store but this publisher's own since its last whole push
+        self.warned = False  # a location that refuses deletes is said once
 
     def __call__(self) -> None:
         self.publish()
@@ -77,31 +78,41 @@ class JournalPublisher:
             try:
                 self.store.delete(f"{self.key}{PARTS}")
                 self.parts_clean = True
-            except Exception:  # noqa: BLE001 - the next publish tries again; meanwhile whole pushes stay correct
-                logger.warning("search: could not delete %s%s from the work location", self.key, PARTS)
+            except Exception as e:  # noqa: BLE001 - the next publish tries again; meanwhile whole pushes stay correct
+                if not self.warned:
+                    logger.warning("search: could not delete %s%s from the work location (%s); the study is pushed "
+                                   "whole until it can", self.key, PARTS, e)
+                self.warned = True
         return self.parts_clean
 
 
 def fetch_journal(store: WorkStore, key: str) -> Path | None:
     """The store's journal in this node's folder, with every part that continues it appended;
-    None when the store holds none. When the store holds what this node last pushed whole, the
-    node's journal is as new or newer and is kept (`WorkStore.fetch`). A fetch that fails halfway
-    puts the node's journal back as it was (or removes it) before raising: a journal cut short
-    and taken for the study would lose asks and tells that Tune's snapshot names."""
+    None when neither holds one. When the store holds what this node last pushed whole, the
+    node's journal is as new or newer and is kept (`WorkStore.fetch`); when the store holds none
+    (every publish failed), the node's journal is kept too. A fetch that fails halfway puts the
+    node's journal back as it was (or removes it) before raising: a journal cut short and taken
+    for the study would lose asks and tells that Tune's snapshot names. A last line cut short (a
+    push killed midway on a filesystem that writes in place) is dropped: Optuna skips it on read,
+    but the next append would join it and make the journal unreadable."""
     local = store.path(key)
     before = local.read_bytes() if local.is_file() else None
     try:
         if store.fetch(key, fresh=True) is None:
-            return None
-        journal = local.read_bytes()
-        parts = store.read_files(f"{key}{PARTS}")  # one listing: a resume after 1,000 configurations may find hundreds
-        while parts.get(Path(part_key(key, len(journal))).name):
-            journal += parts[Path(part_key(key, len(journal))).name]
+            if before is None:
+                return None
+            logger.warning("search: the work location holds no %s; this node's own is kept", key)
+            journal = before
+        else:
+            journal = local.read_bytes()
+            parts = store.read_files(f"{key}{PARTS}")  # one listing: a resume after 1,000 configurations may find hundreds
+            while parts.get(Path(part_key(key, len(journal))).name):
+                journal += parts[Path(part_key(key, len(journal))).name]
+        atomic_write(local, journal[:journal.rfind(b"\n") + 1])
     except BaseException:
         if before is None:
             local.unlink(missing_ok=True)
         else:
             atomic_write(local, before)
         raise
-    atomic_write(local, journal)
     return local

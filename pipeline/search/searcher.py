@@ -138,7 +138,7 @@ class ConfigurationSearcher(Searcher):
         self.by_trial: dict[str, tuple[str, int]] = {}  # Tune trial id -> (config_id, seed)
         self.queue: list[tuple[str, int]] = []  # seeds of asked configurations not yet handed to Tune
         self.started = time.time()
-        self._front_of: tuple[list[tuple[int, str | None]], list[Configuration]] = ([], [])  # `front`'s last answer
+        self._front_of: tuple[list[tuple[Configuration, str | None]], list[Configuration]] = ([], [])  # `front`'s last answer
         self.exhausted = False
         self.reference: tuple[float, float] | None = None  # (metric, latency ms) the hypervolume counts from
         self._study: Any = None
@@ -335,10 +335,10 @@ class ConfigurationSearcher(Searcher):
     def front(self, told: list[Configuration] | None = None) -> list[Configuration]:
         """The told configurations (or those of `told`) no other dominates on the study's objectives."""
         told = self.told() if told is None else told
-        marks = [(id(c), c.told) for c in told]
+        marks = [(c, c.told) for c in told]
         folded, front = self._front_of
-        if marks[:len(folded)] != folded:  # not a continuation of the last list asked about: start again
-            folded, front = [], []
+        if len(folded) > len(told) or not all(c is d and t == u for (c, t), (d, u) in zip(folded, marks)):
+            folded, front = [], []  # not a continuation of the last list asked about: start again
         for config in told[len(folded):]:  # the progress line asks after every trial: only the newly told fold in
             if config.told == "complete":
                 front = grown_front(front, config)

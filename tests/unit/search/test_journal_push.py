@@ -168,3 +168,15 @@ def test_on_s3_the_parts_are_listed_read_and_deleted_like_a_folders_files(s3, tm
     assert sorted(reader.read_files(f"{KEY}.parts")) == [Path(part_key(KEY, 4 * 7)).name, Path(part_key(KEY, 5 * 7)).name]
     rebuilt = fetch_journal(reader, KEY)
     assert rebuilt is not None and rebuilt.read_text() == "".join(f"line {i}\n" for i in range(6))
+
+
+def test_a_location_without_the_journal_keeps_the_nodes_own_and_a_cut_last_line_is_dropped(tmp_path, monkeypatch):
+    writer, reader = stores(tmp_path, monkeypatch)
+    append(reader, "asked 0")  # every publish of this node failed: the location never got it
+    kept = fetch_journal(reader, KEY)
+    assert kept is not None and kept.read_text() == "asked 0\n"
+    append(writer, "asked 0")
+    writer.push(KEY)
+    (tmp_path / "bucket" / KEY).write_bytes(b'asked 0\n{"op_code": 4, "trial_id"')  # a push killed midway
+    rebuilt = fetch_journal(reader, KEY)
+    assert rebuilt is not None and rebuilt.read_text() == "asked 0\n"
