@@ -28,14 +28,17 @@ def sampler(algorithm: str, seed: int, budget: int) -> optuna.samplers.BaseSampl
     because the space is conditional (each method's parameters exist only with it), and the
     constant liar makes concurrent asks spread out instead of repeating the same guess. NSGA-II
     evolves generations; its default 50 per generation would leave a budget of 40 all random, so a
-    generation is a quarter of the budget (4 to 50)."""
+    generation is a quarter of the budget (4 to 50). It breeds only the parameters every trial
+    has, in a joint space the method alone, and draws the rest at random; its default mutation
+    probability, 1 / (parameters bred) = 1, mutated the method away too, which made it `random`
+    (tests/unit/search/test_study.py), so a child keeps its parents' method 9 times in 10."""
     if algorithm == "random":
         return optuna.samplers.RandomSampler(seed=seed)
     if algorithm in ("tpe", "motpe"):
         return optuna.samplers.TPESampler(seed=seed, multivariate=True, group=True, constant_liar=True,
                                           n_startup_trials=min(10, max(2, budget // 4)))
     if algorithm == "nsga2":
-        return optuna.samplers.NSGAIISampler(seed=seed, population_size=min(50, max(4, budget // 4)))
+        return optuna.samplers.NSGAIISampler(seed=seed, population_size=min(50, max(4, budget // 4)), mutation_prob=0.1)
     raise ValueError(f"search.algorithm: {algorithm} asks no study")
 
 

@@ -73,3 +73,35 @@ def test_motpes_first_draws_of_sample_seed_0_are_the_ones_the_asha_sweep_test_re
     study = studies.open_study(spec, tmp_path / "study.journal", ("metric", "latency"))
     draws = [suggest_configuration(study.ask(), spec)[1] for _ in range(2)]
     assert [(p.num_layers, p.learning_rate) for p in draws] == [(2, 1.0e-7), (2, 1.0e-3)]
+
+
+def _methods_asked(algorithm: str, path) -> list[str]:
+    """40 configurations of a two-method joint space, where every `finetune` dominates every `kd`."""
+    from pipeline.search.joint_space import suggest_configuration
+
+    spec = spec_from_dict({
+        "name": "joint", "task": {"name": "sst2", "source": "glue_dir", "glue_dir": "/data/glue"},
+        "teacher": {"model": "bert-base-uncased"},
+        "methods": {"finetune": {"learning_rate": {"loguniform": [1.0e-5, 1.0e-3]}},
+                    "kd": {"alpha": {"uniform": [0.1, 0.9]}, "learning_rate": {"loguniform": [1.0e-5, 1.0e-3]}}},
+        "search": {"algorithm": algorithm, "num_configurations": 40, "sample_seed": 3},
+    })
+    study = studies.open_study(spec, path, ("metric", "latency"))
+    methods = []
+    for number in range(40):
+        method, params = suggest_configuration(study.ask(), spec)
+        methods.append(method)
+        good = method == "finetune"
+        studies.tell_values(study, number, [0.9 if good else 0.6, (1.0 if good else 5.0) + params.learning_rate])
+    return methods
+
+
+def test_nsga2_breeds_the_method_of_a_conditional_space_instead_of_drawing_at_random(tmp_path):
+    """Optuna's NSGA-II crosses over the parameters every trial has (here only the method) and
+    draws the rest at random. At its default mutation probability, 1 / (parameters crossed) = 1,
+    the method was always mutated away too, so every draw was its inner RandomSampler's, the
+    same as `random`'s of the same seed. Bred, the dominant method fills the later generations."""
+    nsga2 = _methods_asked("nsga2", tmp_path / "nsga2.journal")
+    random = _methods_asked("random", tmp_path / "random.journal")
+    assert nsga2[:10] == random[:10]  # the first generation (a quarter of 40) is random in both
+    assert nsga2[20:].count("finetune") >= 16 > random[20:].count("finetune")
