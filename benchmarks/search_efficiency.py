@@ -122,8 +122,10 @@ def merge(table: pd.DataFrame | None, new: pd.DataFrame) -> pd.DataFrame:
     if new.empty:
         return table
     if "teacher_digest" in table and set(new["teacher_digest"]) != set(table["teacher_digest"]):
-        raise SystemExit(f"the shard's teacher (weights {', '.join(sorted(set(new['teacher_digest'])))}) is not the table's "
-                         f"({', '.join(sorted(set(table['teacher_digest'])))}): its rows are not comparable; nothing added")
+        def digests(rows: pd.DataFrame) -> str:  # a table older than the digests holds missing ones
+            return ", ".join(sorted(map(str, set(rows["teacher_digest"].fillna("nan")))))
+        raise SystemExit(f"the shard's teacher (weights {digests(new)}) is not the table's ({digests(table)}): "
+                         "its rows are not comparable; nothing added")
     return pd.concat([table, new[~new["config_id"].isin(table["config_id"])]], ignore_index=True)
 
 

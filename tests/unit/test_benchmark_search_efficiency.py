@@ -201,6 +201,8 @@ def test_a_shard_is_one_method_at_the_sizes_whose_configurations_the_table_lacks
     assert list(again["config_id"]) == list(whole["config_id"]) and again["metric"].isna().sum() == 3
     with pytest.raises(SystemExit, match="is not the table's"):  # another session's teacher, not the same model
         bench.merge(held.assign(teacher_digest="aaaa"), whole.assign(teacher_digest="bbbb"))
+    with pytest.raises(SystemExit, match=r"weights bbbb\) is not the table's \(aaaa, nan\)"):  # rows from before digests
+        bench.merge(held.assign(teacher_digest=["aaaa", None, "aaaa"]), whole.assign(teacher_digest="bbbb"))
 
 
 def test_a_grid_point_the_table_lacks_is_told_failed_not_a_crash():
