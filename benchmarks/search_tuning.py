@@ -12,7 +12,8 @@ search's, as benchmarks/RESULTS.md's tuning table shows them:
     .venv/bin/python benchmarks/search_tuning.py --table TIMED --algorithms motpe random --depth ordinal
 
 `--settings`: keyword arguments given to TPE's (or NSGA-II's) sampler over drydock's own;
-`gamma_fraction` stands for `gamma = min(ceil(fraction × n), 25)`. `--depth shared`: the methods'
+`gamma_fraction` stands for `gamma = min(ceil(fraction × n), 25)` (Optuna 5.1 warns that `gamma`
+is deprecated). The settings go to every model-based algorithm named: one kind at a time. `--depth shared`: the methods'
 `num_layers` one study parameter, not one per method; `--depth ordinal`: the table's depths a
 `randint` domain, not a grid (categorical).
 """
@@ -23,6 +24,8 @@ import argparse
 import json
 import math
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -41,21 +44,38 @@ TABLE_SPEC = bench.replay_spec  # the grid spec of the table, before --depth ord
 
 
 def tuned_sampler(settings: dict[str, Any]):
-    """`study.sampler` with `settings` over drydock's own for TPE, MOTPE and NSGA-II."""
+    """`study.sampler` with `settings` over drydock's own for TPE and MOTPE, or for NSGA-II: the
+    same settings go to each model-based algorithm of `--algorithms`, so name one kind at a time."""
     def sampler(algorithm: str, seed: int, budget: int) -> optuna.samplers.BaseSampler:
         base = DRYDOCK_SAMPLER(algorithm, seed, budget)
-        if algorithm in ("tpe", "motpe"):
+        if isinstance(base, optuna.samplers.TPESampler):
             extra = dict(settings)
             fraction = extra.pop("gamma_fraction", None)
             if fraction is not None:
                 extra["gamma"] = lambda n: min(math.ceil(fraction * n), 25)
-            return optuna.samplers.TPESampler(**{"seed": seed, "multivariate": True, "group": True, "constant_liar": True,
-                                                 "n_startup_trials": base._n_startup_trials, **extra})
-        if algorithm == "nsga2":
-            return optuna.samplers.NSGAIISampler(seed=seed, **{"population_size": base.population_size,
-                                                               "mutation_prob": 0.1, **settings})
+            own = {"multivariate": base._parzen_estimator_parameters.multivariate, "group": base._group,
+                   "constant_liar": base._constant_liar, "n_startup_trials": base._n_startup_trials}
+            return optuna.samplers.TPESampler(**{"seed": seed, **own, **extra})
+        if isinstance(base, optuna.samplers.NSGAIISampler):
+            own = {"population_size": base.population_size, "mutation_prob": base._child_generation_strategy._mutation_prob}
+            return optuna.samplers.NSGAIISampler(**{"seed": seed, **own, **settings})
         return base
     return sampler
+
+
+@contextmanager
+def depth_encoding(depth: str) -> Iterator[None]:
+    """The student's depth as the study sees it while inside: one parameter per method (drydock's),
+    one `num_layers` shared by every method (`shared`), or an ordered integer (`ordinal`)."""
+    param_name, table_spec = joint_space.param_name, bench.replay_spec
+    if depth == "shared":
+        joint_space.param_name = lambda method, name: name if name == "num_layers" else param_name(method, name)
+    if depth == "ordinal":
+        bench.replay_spec = ordinal_spec
+    try:
+        yield
+    finally:  # drydock's own again, for whatever imported this
+        joint_space.param_name, bench.replay_spec = param_name, table_spec
 
 
 def ordinal_spec(table: pd.DataFrame, algorithm: str, budget: int, seed: int) -> SweepSpec:
@@ -85,20 +105,16 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     table = pd.read_parquet(args.table)
-    param_name = joint_space.param_name
-    if args.depth == "shared":
-        joint_space.param_name = lambda method, name: name if name == "num_layers" else param_name(method, name)
-    if args.depth == "ordinal":
-        bench.replay_spec = ordinal_spec
-    try:
-        for text in args.settings:
-            study.sampler = tuned_sampler(json.loads(text))
-            found = measure(table, args.algorithms, args.repeats)
-            print(f"{text} depth {args.depth}, {args.repeats} searches: " + "; ".join(
-                f"{a} hypervolume after 20 {hv20:.2f}, after 40 {hv40:.2f}, best metric after 20 {best:.4f}"
-                for a, (hv20, hv40, best) in found.items()), flush=True)
-    finally:  # drydock's own again, for whatever imported this
-        study.sampler, joint_space.param_name, bench.replay_spec = DRYDOCK_SAMPLER, param_name, TABLE_SPEC
+    with depth_encoding(args.depth):
+        try:
+            for text in args.settings:
+                study.sampler = tuned_sampler(json.loads(text))
+                found = measure(table, args.algorithms, args.repeats)
+                print(f"{text} depth {args.depth}, {args.repeats} searches: " + "; ".join(
+                    f"{a} hypervolume after 20 {hv20:.2f}, after 40 {hv40:.2f}, best metric after 20 {best:.4f}"
+                    for a, (hv20, hv40, best) in found.items()), flush=True)
+        finally:
+            study.sampler = DRYDOCK_SAMPLER
     return 0
 
 
