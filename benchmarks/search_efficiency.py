@@ -262,6 +262,12 @@ def _key(params: dict[str, Any]) -> str:
     return json.dumps(params, sort_keys=True)
 
 
+def reference_point(table: pd.DataFrame) -> tuple[float, float]:
+    """The issue's reference point, (majority-class metric, teacher's latency): one definition, so
+    a replay's curve and the table's whole front are measured against the same corner."""
+    return float(table["majority_metric"].iloc[0]), float(table["teacher_latency_ms"].iloc[0])
+
+
 def front(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
     return [p for p in points if not any(q[0] >= p[0] and q[1] <= p[1] and q != p for q in points)]
 
@@ -293,7 +299,7 @@ def replay(table: pd.DataFrame, algorithm: str, seed: int, budget: int = max(BUD
             searcher.on_trial_complete(f"r{i}", {"drydock_final": 1.0, METRIC: value})
         told = [row(c.trial) for c in searcher.told() if c.told == "complete"]
     by_id = pd.DataFrame([r for r in told if r is not None])
-    ref = (float(table["majority_metric"].iloc[0]), float(table["teacher_latency_ms"].iloc[0]))
+    ref = reference_point(table)
     teacher_metric = float(table["teacher_metric"].iloc[0])
     teacher_int8 = float(table["teacher_int8_ms"].iloc[0]) if "teacher_int8_ms" in table else np.nan
     rows = []
@@ -327,6 +333,29 @@ def summarize(runs: pd.DataFrame, budgets: tuple[int, ...] = BUDGETS) -> pd.Data
                        fastest_close_ms=("fastest_close_ms", "median"),
                        vs_teacher_int8=("fastest_close_vs_teacher_int8", "median"),
                        fastest_close=("fastest_close", most_found)).reset_index()
+
+
+def whole_hypervolume(table: pd.DataFrame) -> float:
+    """The hypervolume of the table's own front: what a search that ran every configuration finds."""
+    ref = reference_point(table)
+    return hypervolume(front(list(zip(table["metric"], table["latency_ms"], strict=True))), ref)
+
+
+def reach(runs: pd.DataFrame, whole: float, fractions: tuple[float, ...] = (0.98, 0.99)) -> pd.DataFrame:
+    """Per algorithm and fraction of the table's whole hypervolume: how many configurations each
+    search needed to reach it (median and quartiles; a search that never did counts as infinite)
+    and how many searches never did within their budget. What "how many configurations does a
+    search need" asks, where the summary's budgets give only three points of the curve."""
+    rows = []
+    for algorithm, by_algorithm in runs.groupby("algorithm", sort=False):
+        for fraction in fractions:
+            needed = np.array([float(s.loc[s["hypervolume"] >= fraction * whole, "budget"].min())
+                               for _, s in by_algorithm.groupby("seed")])
+            needed[np.isnan(needed)] = np.inf
+            quartiles = np.quantile(needed, [0.25, 0.5, 0.75], method="lower")
+            rows.append({"algorithm": algorithm, "fraction": fraction, "median": quartiles[1], "q1": quartiles[0],
+                         "q3": quartiles[2], "never": int(np.isinf(needed).sum()), "searches": len(needed)})
+    return pd.DataFrame(rows)
 
 
 def verdicts(summary: pd.DataFrame) -> list[str]:
@@ -420,6 +449,10 @@ def main(argv: list[str] | None = None) -> int:
     with pd.option_context("display.max_colwidth", 80, "display.width", 250):
         print(summary.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
     print("\n".join(verdicts(summary)))
+    whole = whole_hypervolume(table)
+    print(f"configurations to reach a fraction of the table's whole hypervolume ({whole:.4g}); "
+          "inf: not within the budget")
+    print(reach(runs, whole).to_string(index=False, float_format=lambda v: f"{v:.4g}"))
     return 0
 
 

@@ -8,6 +8,7 @@ import json
 import sys
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -101,6 +102,21 @@ def test_the_verdicts_compare_20_configurations_with_random_searchs_40():
     ]
 
 
+def test_configurations_to_reach_a_fraction_of_the_whole_hypervolume_per_search():
+    bench = load_script()
+    table = synthetic_table()
+    # the front: the best alpha (0.5) at each depth; reference (0.5, 12 ms)
+    assert bench.whole_hypervolume(table) == pytest.approx(0.15 * 10 + 0.05 * 8 + 0.05 * 6 + 0.05 * 4)
+    # a replay that told every configuration ends on the same front, measured from the same corner
+    assert bench.replay(table, "random", seed=1, budget=20)[-1]["hypervolume"] == pytest.approx(bench.whole_hypervolume(table))
+    curves = {0: [10, 20, 95, 99], 1: [50, 98, 98, 98], 2: [10, 10, 10, 10]}  # per search, after 1-4 configurations
+    runs = pd.DataFrame([{"algorithm": "random", "seed": seed, "budget": k + 1, "hypervolume": hv}
+                         for seed, curve in curves.items() for k, hv in enumerate(curve)])
+    got = bench.reach(runs, 100.0, (0.98, 0.99)).set_index("fraction")
+    assert list(got.loc[0.98, ["median", "q1", "q3", "never"]]) == [4, 2, 4, 1]  # needed 4, 2 and never
+    assert list(got.loc[0.99, ["median", "q1", "q3", "never"]]) == [np.inf, 4, np.inf, 2]
+
+
 def test_replay_from_the_command_line_prints_the_summary_and_verdicts_and_draws_the_curves(tmp_path, capsys):
     bench = load_script()
     table = tmp_path / "table.parquet"
@@ -110,6 +126,7 @@ def test_replay_from_the_command_line_prints_the_summary_and_verdicts_and_draws_
     out = capsys.readouterr().out
     assert "20 configurations in the table; 2 searches per algorithm" in out
     assert "tpe after 20: median best_metric" in out
+    assert "configurations to reach a fraction of the table's whole hypervolume (2.4)" in out
     runs = pd.read_parquet(tmp_path / "runs.parquet")
     assert sorted(runs["budget"].unique()) == list(range(1, 41)) and len(runs) == 2 * 2 * 40
     assert (tmp_path / "hv.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
